@@ -1,0 +1,89 @@
+"""The control-plane ASGI app: ``granian --interface asgi --factory control_plane.app:create_app``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+
+from litestar import Litestar, Router, get
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
+from litestar.openapi.spec import Components, SecurityScheme
+
+from control_plane.deps import CrankState, dependencies
+from control_plane.errors import exception_handlers
+from control_plane.routes import route_handlers
+from control_plane.state import AppState
+from shared.crypto import KeyHasher, SecretBox
+from shared.db import Connection, open_pool
+from shared.last_use import LastUseRecorder
+from shared.logging import configure_logging
+from shared.settings import Settings, SettingsError, load_settings
+
+API_PREFIX = "/api/v1"
+
+
+@get("/healthz", include_in_schema=False, sync_to_thread=False)
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@get("/readyz", include_in_schema=False)
+async def readyz(app_state: CrankState) -> dict[str, str]:
+    async with app_state.pool.connection(timeout=2) as conn:
+        await conn.execute("SELECT 1")
+    return {"status": "ready"}
+
+
+def create_app(settings: Settings | None = None) -> Litestar:
+    settings = settings or load_settings()
+    configure_logging(settings.log_level)
+    if not settings.database_url:
+        raise SettingsError("CRANK_DATABASE_URL is not set (crank up sets it for you)")
+    secret_key = settings.require_secret_key()
+    database_url = settings.database_url
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncGenerator[None, None]:
+        pool = await open_pool(database_url, max_size=settings.db_pool_size, name="control-plane")
+        state = AppState(
+            settings=settings,
+            pool=pool,
+            hasher=KeyHasher(secret_key),
+            box=SecretBox(secret_key, settings.secret_key_previous),
+            token_use=LastUseRecorder("admin_tokens"),
+        )
+        state.token_use.start(pool)
+        app.state["crank"] = state
+        try:
+            yield
+        finally:
+            await state.token_use.stop(pool)
+            await pool.close()
+
+    return Litestar(
+        route_handlers=[healthz, readyz, Router(API_PREFIX, route_handlers=route_handlers)],
+        dependencies=dependencies,
+        exception_handlers=exception_handlers,
+        lifespan=[lifespan],
+        request_max_body_size=settings.max_body_bytes,
+        signature_namespace={"Connection": Connection},
+        openapi_config=OpenAPIConfig(
+            title="Crank control plane",
+            version="1",
+            description="Admin API: operations, agents, keys, secrets and the audit log.",
+            path=f"{API_PREFIX}/schema",
+            render_plugins=[
+                JsonRenderPlugin(path="/openapi.json"),
+                SwaggerRenderPlugin(path="/docs"),
+            ],
+            components=Components(
+                security_schemes={
+                    "adminToken": SecurityScheme(
+                        type="http", scheme="bearer", description="crk_admin_... token"
+                    )
+                }
+            ),
+            security=[{"adminToken": []}],
+        ),
+    )

@@ -1,0 +1,109 @@
+"""Admin authentication (bearer tokens) and workspace authorization (roles).
+
+Roles: instance admin > owner > editor > viewer. A workspace the caller has
+no role in answers 404, exactly like one that does not exist, so tokens
+cannot probe other tenants' workspace names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+from litestar import Request
+
+from control_plane.errors import Forbidden, NotFound, Unauthorized
+from control_plane.state import AppState
+from shared.db import Connection
+from shared.keys import KeyKind, parse_key
+
+
+class Role(IntEnum):
+    VIEWER = 1
+    EDITOR = 2
+    OWNER = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    user_id: int
+    name: str
+    token_prefix: str
+    is_instance_admin: bool
+    roles: dict[int, Role] = field(default_factory=dict)  # workspace id -> role
+
+    @property
+    def actor(self) -> str:
+        """How audit records name this caller: never the token itself."""
+        return f"{self.name} ({self.token_prefix})"
+
+    def role_in(self, workspace_id: int) -> Role | None:
+        if self.is_instance_admin:
+            return Role.OWNER
+        return self.roles.get(workspace_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Workspace:
+    id: int
+    slug: str
+    title: str
+    role: Role
+
+
+def bearer_token(request: Request[Any, Any, Any]) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("send an admin token as 'Authorization: Bearer crk_admin_...'")
+    return token.strip()
+
+
+async def authenticate(conn: Connection, state: AppState, token: str) -> Principal:
+    if parse_key(token) is not KeyKind.ADMIN:
+        raise Unauthorized("not a valid admin token")
+    cur = await conn.execute(
+        """SELECT t.id, t.prefix, u.id AS user_id, u.name, u.is_instance_admin
+             FROM admin_tokens t JOIN admin_users u ON u.id = t.user_id
+            WHERE t.hash = %s AND t.revoked_at IS NULL
+              AND (t.expires_at IS NULL OR t.expires_at > now())""",
+        (state.hasher.hash(token),),
+    )
+    row = await cur.fetchone()
+    if row is None:
+        raise Unauthorized("unknown, revoked or expired admin token")
+    state.token_use.mark(row["id"])
+    cur = await conn.execute(
+        "SELECT workspace_id, role FROM workspace_members WHERE user_id = %s", (row["user_id"],)
+    )
+    roles = {r["workspace_id"]: Role[r["role"].upper()] for r in await cur.fetchall()}
+    return Principal(
+        user_id=row["user_id"],
+        name=row["name"],
+        token_prefix=row["prefix"],
+        is_instance_admin=row["is_instance_admin"],
+        roles=roles,
+    )
+
+
+async def load_workspace(
+    conn: Connection, principal: Principal, slug: str, need: Role = Role.VIEWER
+) -> Workspace:
+    """The workspace if the caller may act on it with at least ``need``."""
+    cur = await conn.execute("SELECT id, slug, title FROM workspaces WHERE slug = %s", (slug,))
+    row = await cur.fetchone()
+    role = principal.role_in(row["id"]) if row else None
+    if row is None or role is None:
+        raise NotFound(f"workspace {slug!r} not found")
+    if role < need:
+        raise Forbidden(
+            f"this needs the {need.name.lower()} role in workspace {slug!r}; "
+            f"you are {role.name.lower()}"
+        )
+    return Workspace(id=row["id"], slug=row["slug"], title=row["title"], role=role)
+
+
+def require_instance_admin(principal: Principal) -> None:
+    if not principal.is_instance_admin:
+        raise Forbidden("this needs an instance admin token")

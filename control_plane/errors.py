@@ -1,0 +1,165 @@
+"""Errors of the admin API, one root, mapped to JSON at the boundary.
+
+Every error body has the same shape::
+
+    {"code": "validation_failed", "message": "...", "errors": [{"field": ..., "message": ...}]}
+
+ApiError
+ ├── BadRequest            400 bad_request
+ ├── ValidationFailed      400 validation_failed (field errors)
+ ├── Unauthorized          401 unauthorized
+ ├── Forbidden             403 forbidden
+ ├── NotFound              404 not_found
+ ├── Conflict              409 conflict / stale_revision / already_exists
+ └── PreconditionRequired  428 if_match_required
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import structlog
+from litestar import MediaType, Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+
+from shared.spec_validation import FieldError
+
+log = structlog.get_logger(__name__)
+
+
+class ErrorBody(msgspec.Struct, kw_only=True, omit_defaults=True):
+    code: str
+    message: str
+    errors: list[FieldError] = msgspec.field(default_factory=list)
+
+
+class ApiError(Exception):
+    status_code = 400
+    code = "bad_request"
+
+    def __init__(
+        self, message: str, *, code: str | None = None, errors: list[FieldError] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.errors = errors or []
+
+
+class BadRequest(ApiError):
+    pass
+
+
+class ValidationFailed(ApiError):
+    code = "validation_failed"
+
+    def __init__(self, errors: list[FieldError], message: str = "") -> None:
+        summary = message or "; ".join(
+            f"{e.field}: {e.message}" if e.field else e.message for e in errors[:5]
+        )
+        super().__init__(summary or "validation failed", errors=errors)
+
+
+class Unauthorized(ApiError):
+    status_code = 401
+    code = "unauthorized"
+
+
+class Forbidden(ApiError):
+    status_code = 403
+    code = "forbidden"
+
+
+class NotFound(ApiError):
+    status_code = 404
+    code = "not_found"
+
+
+class Conflict(ApiError):
+    status_code = 409
+    code = "conflict"
+
+
+class PreconditionRequired(ApiError):
+    status_code = 428
+    code = "if_match_required"
+
+
+def _body(code: str, message: str, errors: list[FieldError] | None = None) -> ErrorBody:
+    return ErrorBody(code=code, message=message, errors=errors or [])
+
+
+def api_error_handler(_request: Request[Any, Any, Any], exc: ApiError) -> Response[ErrorBody]:
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+    return Response(
+        _body(exc.code, exc.message, exc.errors),
+        status_code=exc.status_code,
+        headers=headers,
+        media_type=MediaType.JSON,
+    )
+
+
+def validation_exception_handler(
+    _request: Request[Any, Any, Any], exc: ValidationException
+) -> Response[ErrorBody]:
+    """Litestar's body/parameter validation, in our error shape with field paths."""
+    errors: list[FieldError] = []
+    for item in exc.extra if isinstance(exc.extra, list) else []:
+        if isinstance(item, dict):
+            key = str(item.get("key") or "")
+            message = str(item.get("message") or "")
+            # msgspec reports "... - at `$.request.method`": keep the path as the field.
+            if " - at `$" in message:
+                message, _, where = message.rpartition(" - at `$")
+                key = where.rstrip("`").lstrip(".") or key
+            elif key == "data":
+                key = ""  # the body as a whole, e.g. an unknown top-level field
+            errors.append(FieldError(key, message))
+    return Response(
+        _body("validation_failed", exc.detail, errors), status_code=400, media_type=MediaType.JSON
+    )
+
+
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+    429: "rate_limited",
+}
+
+
+def http_exception_handler(
+    _request: Request[Any, Any, Any], exc: HTTPException
+) -> Response[ErrorBody]:
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    return Response(
+        _body(code, exc.detail),
+        status_code=exc.status_code,
+        headers=exc.headers,
+        media_type=MediaType.JSON,
+    )
+
+
+def internal_error_handler(request: Request[Any, Any, Any], _exc: Exception) -> Response[ErrorBody]:
+    log.exception("unhandled_error", path=request.url.path, method=request.method)
+    return Response(
+        _body("internal_error", "internal error; see the server log"),
+        status_code=HTTP_500_INTERNAL_SERVER_ERROR,
+        media_type=MediaType.JSON,
+    )
+
+
+exception_handlers: dict[Any, Any] = {
+    ApiError: api_error_handler,
+    ValidationException: validation_exception_handler,
+    HTTPException: http_exception_handler,
+    Exception: internal_error_handler,
+}

@@ -1,0 +1,9 @@
+"""Admin API routes, one module per resource, all mounted under ``/api/v1``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from control_plane.routes.workspaces import WorkspaceController, me
+
+route_handlers: list[Any] = [me, WorkspaceController]

@@ -1,0 +1,63 @@
+"""``/api/v1/workspaces`` and ``/api/v1/me``."""
+
+from __future__ import annotations
+
+import msgspec
+from litestar import Controller, get, post
+from litestar.params import FromPath, JSONBody
+
+from control_plane.auth import load_workspace, require_instance_admin
+from control_plane.deps import Caller, DbConn
+from control_plane.services.workspaces import WorkspaceView, create_workspace, list_workspaces
+
+
+class WorkspaceCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    slug: str
+    title: str = ""
+
+
+class WorkspaceList(msgspec.Struct, kw_only=True):
+    items: list[WorkspaceView]
+
+
+class Me(msgspec.Struct, kw_only=True):
+    name: str
+    token_prefix: str
+    instance_admin: bool
+    workspaces: list[WorkspaceView]
+
+
+@get("/me", tags=["workspaces"], summary="Who the token belongs to and what it may reach")
+async def me(conn: DbConn, principal: Caller) -> Me:
+    return Me(
+        name=principal.name,
+        token_prefix=principal.token_prefix,
+        instance_admin=principal.is_instance_admin,
+        workspaces=await list_workspaces(conn, principal),
+    )
+
+
+class WorkspaceController(Controller):
+    path = "/workspaces"
+    tags = ["workspaces"]
+
+    @get("/", summary="List the workspaces this token can see")
+    async def list(self, conn: DbConn, principal: Caller) -> WorkspaceList:
+        return WorkspaceList(items=await list_workspaces(conn, principal))
+
+    @post("/", summary="Create a workspace (instance admins only)")
+    async def create(
+        self, data: JSONBody[WorkspaceCreate], conn: DbConn, principal: Caller
+    ) -> WorkspaceView:
+        require_instance_admin(principal)
+        return await create_workspace(conn, principal, data.slug, data.title)
+
+    @get("/{workspace:str}", summary="Read a workspace")
+    async def read(
+        self, workspace: FromPath[str], conn: DbConn, principal: Caller
+    ) -> WorkspaceView:
+        ws = await load_workspace(conn, principal, workspace)
+        for view in await list_workspaces(conn, principal):
+            if view.slug == ws.slug:
+                return view
+        raise AssertionError("load_workspace returned a workspace list_workspaces hides")

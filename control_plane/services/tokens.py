@@ -1,0 +1,82 @@
+"""Admin users and their tokens; used by ``crank tokens create`` and ``crank up``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from control_plane.auth import Role
+from control_plane.services.audit import record
+from shared.crypto import KeyHasher
+from shared.db import Connection
+from shared.keys import KeyKind, display_prefix, generate_key
+
+
+class UnknownWorkspace(LookupError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedToken:
+    token: str
+    prefix: str
+    user_id: int
+
+
+async def create_admin_token(
+    conn: Connection,
+    hasher: KeyHasher,
+    *,
+    name: str,
+    role: str,
+    workspace: str | None = None,
+    token: str | None = None,
+) -> IssuedToken:
+    """Create a user holding ``role`` (``admin`` instance-wide, else in ``workspace``)
+    and a token for it. ``token`` lets ``crank up`` re-register its saved dev token."""
+    token = token or generate_key(KeyKind.ADMIN)
+    is_admin = role == "admin"
+    workspace_id: int | None = None
+    if not is_admin:
+        Role[role.upper()]  # raises KeyError for an unknown role
+        if workspace is None:
+            raise ValueError("a workspace role needs --workspace")
+        cur = await conn.execute("SELECT id FROM workspaces WHERE slug = %s", (workspace,))
+        row = await cur.fetchone()
+        if row is None:
+            raise UnknownWorkspace(workspace)
+        workspace_id = row["id"]
+    cur = await conn.execute(
+        "INSERT INTO admin_users (name, is_instance_admin) VALUES (%s, %s) RETURNING id",
+        (name, is_admin),
+    )
+    user = await cur.fetchone()
+    assert user is not None
+    if workspace_id is not None:
+        await conn.execute(
+            "INSERT INTO workspace_members (workspace_id, user_id, role) VALUES (%s, %s, %s)",
+            (workspace_id, user["id"], role),
+        )
+    prefix = display_prefix(token)
+    await conn.execute(
+        "INSERT INTO admin_tokens (user_id, prefix, hash, name) VALUES (%s, %s, %s, %s)",
+        (user["id"], prefix, hasher.hash(token), name),
+    )
+    await record(
+        conn,
+        workspace_id=workspace_id,
+        actor="cli",
+        action="token.create",
+        resource_type="admin_token",
+        resource_name=prefix,
+        details={"role": role, "user": name},
+    )
+    return IssuedToken(token=token, prefix=prefix, user_id=user["id"])
+
+
+async def token_is_valid(conn: Connection, hasher: KeyHasher, token: str) -> bool:
+    cur = await conn.execute(
+        """SELECT 1 FROM admin_tokens WHERE hash = %s AND revoked_at IS NULL
+              AND (expires_at IS NULL OR expires_at > now())""",
+        (hasher.hash(token),),
+    )
+    return await cur.fetchone() is not None

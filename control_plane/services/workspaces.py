@@ -1,0 +1,69 @@
+"""Workspaces: the tenant boundary; everything else belongs to exactly one."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+from psycopg import errors as pg_errors
+
+from control_plane.auth import Principal, Role
+from control_plane.errors import Conflict, ValidationFailed
+from control_plane.services.audit import record
+from shared.db import Connection
+from shared.spec_validation import SLUG, FieldError
+
+
+class WorkspaceView(msgspec.Struct, kw_only=True):
+    slug: str
+    title: str
+    role: str
+    created_at: datetime
+
+
+async def list_workspaces(conn: Connection, principal: Principal) -> list[WorkspaceView]:
+    cur = await conn.execute("SELECT id, slug, title, created_at FROM workspaces ORDER BY slug")
+    views = []
+    for row in await cur.fetchall():
+        role = principal.role_in(row["id"])
+        if role is None:
+            continue
+        label = "admin" if principal.is_instance_admin else role.name.lower()
+        views.append(
+            WorkspaceView(
+                slug=row["slug"], title=row["title"], role=label, created_at=row["created_at"]
+            )
+        )
+    return views
+
+
+async def create_workspace(
+    conn: Connection, principal: Principal, slug: str, title: str
+) -> WorkspaceView:
+    if not SLUG.match(slug):
+        raise ValidationFailed(
+            [FieldError("slug", "1-63 lowercase letters, digits and -, starting alnum")]
+        )
+    try:
+        async with conn.transaction():
+            cur = await conn.execute(
+                "INSERT INTO workspaces (slug, title) VALUES (%s, %s) RETURNING id, created_at",
+                (slug, title),
+            )
+    except pg_errors.UniqueViolation:
+        raise Conflict(f"workspace {slug!r} already exists", code="already_exists") from None
+    row = await cur.fetchone()
+    assert row is not None
+    await record(
+        conn,
+        workspace_id=row["id"],
+        actor=principal.actor,
+        action="workspace.create",
+        resource_type="workspace",
+        resource_name=slug,
+        details={"title": title},
+    )
+    return WorkspaceView(slug=slug, title=title, role="admin", created_at=row["created_at"])
+
+
+ROLE_NAMES = {role.name.lower(): role for role in Role}

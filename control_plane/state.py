@@ -1,0 +1,21 @@
+"""What one control-plane process holds for its lifetime."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psycopg_pool import AsyncConnectionPool
+
+from shared.crypto import KeyHasher, SecretBox
+from shared.db import Connection
+from shared.last_use import LastUseRecorder
+from shared.settings import Settings
+
+
+@dataclass(slots=True)
+class AppState:
+    settings: Settings
+    pool: AsyncConnectionPool[Connection]
+    hasher: KeyHasher
+    box: SecretBox
+    token_use: LastUseRecorder

@@ -1,0 +1,1 @@
+"""The MCP data plane: a stateless gateway serving published agents as MCP endpoints."""

@@ -1,0 +1,1 @@
+"""Numbered plain-SQL migrations, shipped inside the installed package."""

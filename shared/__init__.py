@@ -1,0 +1,1 @@
+"""Code both Crank processes use: settings, database, domain types, crypto, logging."""

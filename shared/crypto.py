@@ -1,0 +1,85 @@
+"""Secrets at rest (AES-256-GCM) and key hashing (HMAC-SHA-256).
+
+Both keys are derived from ``CRANK_SECRET_KEY`` with HKDF under distinct
+labels, so one operator secret never serves two purposes. Each encrypted value
+stores the id of the key that sealed it; ``CRANK_SECRET_KEY_PREVIOUS`` keeps old
+keys readable during a rotation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from dataclasses import dataclass
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+_MIN_SECRET_LENGTH = 32
+
+
+class CryptoError(Exception):
+    """A value cannot be decrypted with any configured key."""
+
+
+def _derive(secret: str, label: bytes) -> bytes:
+    if len(secret) < _MIN_SECRET_LENGTH:
+        raise ValueError(f"CRANK_SECRET_KEY must be at least {_MIN_SECRET_LENGTH} characters")
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=label).derive(secret.encode())
+
+
+@dataclass(frozen=True, slots=True)
+class Sealed:
+    ciphertext: bytes
+    nonce: bytes
+    key_id: str
+
+
+class SecretBox:
+    """Encrypts workspace secrets; the associated data binds a value to its place."""
+
+    def __init__(self, secret_key: str, previous: tuple[str, ...] = ()) -> None:
+        self._current_id, current = self._key(secret_key)
+        self._keys = {self._current_id: AESGCM(current)}
+        for old in previous:
+            key_id, key = self._key(old)
+            self._keys.setdefault(key_id, AESGCM(key))
+
+    @staticmethod
+    def _key(secret: str) -> tuple[str, bytes]:
+        key = _derive(secret, b"crank secrets v1")
+        return hashlib.sha256(key).hexdigest()[:12], key
+
+    def seal(self, plaintext: str, associated: bytes) -> Sealed:
+        nonce = os.urandom(12)
+        ciphertext = self._keys[self._current_id].encrypt(nonce, plaintext.encode(), associated)
+        return Sealed(ciphertext, nonce, self._current_id)
+
+    def open(self, sealed: Sealed, associated: bytes) -> str:
+        aead = self._keys.get(sealed.key_id)
+        if aead is None:
+            raise CryptoError(f"no configured key has id {sealed.key_id}")
+        try:
+            return aead.decrypt(sealed.nonce, sealed.ciphertext, associated).decode()
+        except InvalidTag:
+            raise CryptoError("secret does not decrypt: wrong key or tampered value") from None
+
+
+def secret_associated_data(workspace_id: int, name: str) -> bytes:
+    return f"crank-secret:{workspace_id}:{name}".encode()
+
+
+class KeyHasher:
+    """Hashes API keys and admin tokens; only the hash is ever stored."""
+
+    def __init__(self, secret_key: str) -> None:
+        self._key = _derive(secret_key, b"crank key hashing v1")
+
+    def hash(self, key: str) -> bytes:
+        return hmac.new(self._key, key.encode(), hashlib.sha256).digest()
+
+    def matches(self, key: str, stored: bytes) -> bool:
+        return hmac.compare_digest(self.hash(key), stored)

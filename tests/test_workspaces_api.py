@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from tests.conftest import Client, auth, make_token
+
+
+async def test_admin_creates_workspace_and_sees_it(client: Client, admin_token: str) -> None:
+    created = await client.post(
+        "/api/v1/workspaces", json={"slug": "acme", "title": "Acme"}, headers=auth(admin_token)
+    )
+    assert created.status_code == 201, created.text
+    listed = await client.get("/api/v1/workspaces", headers=auth(admin_token))
+    assert [w["slug"] for w in listed.json()["items"]] == ["acme"]
+
+
+async def test_request_without_token_is_401_with_challenge(client: Client) -> None:
+    response = await client.get("/api/v1/workspaces")
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert response.json()["code"] == "unauthorized"
+
+
+async def test_unknown_field_in_body_is_rejected(client: Client, admin_token: str) -> None:
+    response = await client.post(
+        "/api/v1/workspaces", json={"slug": "acme", "colour": "red"}, headers=auth(admin_token)
+    )
+    assert response.status_code == 400
+    assert response.json()["code"] == "validation_failed"
+
+
+async def test_workspace_role_cannot_see_other_workspace(
+    client: Client,
+    admin_token: str,
+    database_url: str,
+) -> None:
+    for slug in ("a", "b"):
+        await client.post("/api/v1/workspaces", json={"slug": slug}, headers=auth(admin_token))
+    owner_a = await make_token(database_url, "owner", "a")
+    assert (await client.get("/api/v1/workspaces/b", headers=auth(owner_a))).status_code == 404
+    assert (await client.get("/api/v1/workspaces/a", headers=auth(owner_a))).status_code == 200
+    listed = await client.get("/api/v1/workspaces", headers=auth(owner_a))
+    assert [w["slug"] for w in listed.json()["items"]] == ["a"]
