@@ -4,6 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from control_plane.routes import agents, apply, audit, keys, operations, secrets
 from control_plane.routes.workspaces import WorkspaceController, me
 
-route_handlers: list[Any] = [me, WorkspaceController]
+route_handlers: list[Any] = [
+    me,
+    WorkspaceController,
+    *operations.handlers,
+    *agents.handlers,
+    *keys.handlers,
+    *secrets.handlers,
+    *audit.handlers,
+    *apply.handlers,
+]

@@ -1,0 +1,7 @@
+"""`/api/v1/workspaces/{workspace}/agents` routes (being written)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+handlers: list[Any] = []
