@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import pytest
+
+from shared.settings import SettingsError, load_settings
+
+
+def test_defaults_match_the_documented_ports_and_refresh() -> None:
+    settings = load_settings({})
+    assert (settings.control_plane_port, settings.gateway_port) == (8000, 8080)
+    assert settings.mcp_refresh_ms == 5000
+    assert settings.allow_private_upstreams is False
+
+
+def test_lists_and_booleans_are_parsed() -> None:
+    settings = load_settings(
+        {"CRANK_ALLOWED_ORIGINS": "https://a.example, https://b.example", "CRANK_ALLOW_PRIVATE_UPSTREAMS": "true"}
+    )
+    assert settings.allowed_origins == ("https://a.example", "https://b.example")
+    assert settings.allow_private_upstreams is True
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("CRANK_GATEWAY_PORT", "eighty"), ("CRANK_ALLOW_PRIVATE_UPSTREAMS", "maybe"), ("CRANK_LANGUAGE", "de")],
+)
+def test_bad_values_are_clear_errors(name: str, value: str) -> None:
+    with pytest.raises(SettingsError, match=name):
+        load_settings({name: value})
+
+
+def test_missing_secret_key_explains_how_to_make_one() -> None:
+    with pytest.raises(SettingsError, match="CRANK_SECRET_KEY"):
+        load_settings({}).require_secret_key()

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+
+from shared.migrate import available_migrations, migrate
+
+
+async def test_concurrent_migrations_on_empty_database_apply_schema_once(
+    empty_database_url: str,
+) -> None:
+    results = await asyncio.gather(*(migrate(empty_database_url) for _ in range(4)))
+
+    applied = [len(result) for result in results]
+    assert sorted(applied) == [0, 0, 0, len(available_migrations())]
+    with psycopg.connect(empty_database_url) as conn:
+        rows = conn.execute("SELECT version FROM crank_schema_migrations ORDER BY version")
+        assert [row[0] for row in rows] == [m.version for m in available_migrations()]
+        (catalog_rows,) = conn.execute("SELECT count(*) FROM catalog_state").fetchone() or (0,)
+        assert catalog_rows == 1
+
+
+async def test_migrate_twice_applies_nothing_the_second_time(empty_database_url: str) -> None:
+    first = await migrate(empty_database_url)
+    second = await migrate(empty_database_url)
+    assert first and not second
+
+
+def test_migration_files_are_numbered_without_gaps() -> None:
+    versions = [m.version for m in available_migrations()]
+    assert versions == list(range(1, len(versions) + 1))
