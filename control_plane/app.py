@@ -49,7 +49,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         state = AppState(
             settings=settings,
             pool=pool,
-            hasher=KeyHasher(secret_key),
+            hasher=KeyHasher(secret_key, settings.secret_key_previous),
             box=SecretBox(secret_key, settings.secret_key_previous),
             token_use=LastUseRecorder("admin_tokens"),
         )

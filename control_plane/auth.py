@@ -64,15 +64,18 @@ async def authenticate(conn: Connection, state: AppState, token: str) -> Princip
     if parse_key(token) is not KeyKind.ADMIN:
         raise Unauthorized("not a valid admin token")
     cur = await conn.execute(
-        """SELECT t.id, t.prefix, u.id AS user_id, u.name, u.is_instance_admin
+        """SELECT t.id, t.prefix, t.hash, u.id AS user_id, u.name, u.is_instance_admin
              FROM admin_tokens t JOIN admin_users u ON u.id = t.user_id
-            WHERE t.hash = %s AND t.revoked_at IS NULL
+            WHERE t.hash = ANY(%s) AND t.revoked_at IS NULL
               AND (t.expires_at IS NULL OR t.expires_at > now())""",
-        (state.hasher.hash(token),),
+        (state.hasher.candidates(token),),
     )
     row = await cur.fetchone()
     if row is None:
         raise Unauthorized("unknown, revoked or expired admin token")
+    current = state.hasher.hash(token)
+    if row["hash"] != current:  # stored under a previous CRANK_SECRET_KEY: upgrade it
+        await conn.execute("UPDATE admin_tokens SET hash = %s WHERE id = %s", (current, row["id"]))
     state.token_use.mark(row["id"])
     cur = await conn.execute(
         "SELECT workspace_id, role FROM workspace_members WHERE user_id = %s", (row["user_id"],)

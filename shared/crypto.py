@@ -73,13 +73,25 @@ def secret_associated_data(workspace_id: int, name: str) -> bytes:
 
 
 class KeyHasher:
-    """Hashes API keys and admin tokens; only the hash is ever stored."""
+    """Hashes API keys and admin tokens; only the hash is ever stored.
 
-    def __init__(self, secret_key: str) -> None:
+    During a rotation a key may still be stored under a previous secret's
+    hash: look-ups match any of ``candidates`` and the caller re-hashes the
+    row under the current secret when it was found under an old one.
+    """
+
+    def __init__(self, secret_key: str, previous: tuple[str, ...] = ()) -> None:
         self._key = _derive(secret_key, b"crank key hashing v1")
+        self._previous = [_derive(old, b"crank key hashing v1") for old in previous]
 
     def hash(self, key: str) -> bytes:
         return hmac.new(self._key, key.encode(), hashlib.sha256).digest()
+
+    def candidates(self, key: str) -> list[bytes]:
+        """The key's hash under the current secret first, then under previous ones."""
+        return [self.hash(key)] + [
+            hmac.new(old, key.encode(), hashlib.sha256).digest() for old in self._previous
+        ]
 
     def matches(self, key: str, stored: bytes) -> bool:
         return hmac.compare_digest(self.hash(key), stored)

@@ -87,7 +87,7 @@ class AgentSpec(_Spec, kw_only=True):
 
 
 class CrankFile(_Spec, kw_only=True):
-    workspace: str = "default"
+    workspace: str | None = None  # None: the workspace named by the API path or --workspace
     operations: list[OperationSpec] = msgspec.field(default_factory=list)
     agents: list[AgentSpec] = msgspec.field(default_factory=list)
 

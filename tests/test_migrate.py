@@ -24,7 +24,8 @@ async def test_concurrent_migrations_on_empty_database_apply_schema_once(
 async def test_migrate_twice_applies_nothing_the_second_time(empty_database_url: str) -> None:
     first = await migrate(empty_database_url)
     second = await migrate(empty_database_url)
-    assert first and not second
+    assert first
+    assert not second
 
 
 def test_migration_files_are_numbered_without_gaps() -> None:

@@ -39,3 +39,28 @@ async def test_workspace_role_cannot_see_other_workspace(
     assert (await client.get("/api/v1/workspaces/a", headers=auth(owner_a))).status_code == 200
     listed = await client.get("/api/v1/workspaces", headers=auth(owner_a))
     assert [w["slug"] for w in listed.json()["items"]] == ["a"]
+
+
+async def test_token_keeps_working_after_secret_key_rotation_and_is_rehashed(
+    database_url: str, admin_token: str
+) -> None:
+    from litestar.testing import AsyncTestClient
+
+    from control_plane.app import create_app
+    from shared.crypto import KeyHasher
+    from shared.settings import Settings
+    from tests.conftest import TEST_SECRET_KEY
+
+    new_key = "rotated-secret-key-that-is-long-enough-987654"
+    rotated = Settings(
+        database_url=database_url, secret_key=new_key, secret_key_previous=(TEST_SECRET_KEY,)
+    )
+    async with AsyncTestClient(app=create_app(rotated)) as rotated_client:
+        assert (
+            await rotated_client.get("/api/v1/me", headers=auth(admin_token))
+        ).status_code == 200
+    without_previous = Settings(database_url=database_url, secret_key=new_key)
+    async with AsyncTestClient(app=create_app(without_previous)) as new_client:
+        # Re-hashed under the new secret on first use, so the old one is no longer needed.
+        assert (await new_client.get("/api/v1/me", headers=auth(admin_token))).status_code == 200
+    assert KeyHasher(new_key).hash(admin_token) != KeyHasher(TEST_SECRET_KEY).hash(admin_token)

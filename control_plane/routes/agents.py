@@ -1,7 +1,202 @@
-"""`/api/v1/workspaces/{workspace}/agents` routes (being written)."""
+"""``/api/v1/workspaces/{workspace}/agents``: agent drafts, publish and unpublish.
+
+Reads need the viewer role, writes the editor role. Every write carries
+``If-Match`` with the ETag of the agent (``"r<revision>"``, the draft's
+revision): 428 without it, 409 ``stale_revision`` when the draft changed since.
+"""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-handlers: list[Any] = []
+import msgspec
+from litestar import Controller, Request, Response, delete, get, post, put
+from litestar.params import FromPath, JSONBody
+
+from control_plane.auth import Role, load_workspace
+from control_plane.deps import Caller, DbConn
+from control_plane.errors import NotFound
+from control_plane.etag import etag, parse_if_match
+from control_plane.services.agents import (
+    AgentRow,
+    PublishWarning,
+    create_agent,
+    delete_agent,
+    get_agent,
+    list_agents,
+    publish_agent,
+    unpublish_agent,
+    update_agent_draft,
+)
+from shared.spec import AgentSpec, RateLimit
+
+
+class PublishedAgent(msgspec.Struct, kw_only=True):
+    title: str
+    description: str
+    operations: list[str]
+    rate_limit: RateLimit | None
+
+
+class AgentView(msgspec.Struct, kw_only=True):
+    slug: str
+    draft: AgentSpec
+    revision: int
+    published: PublishedAgent | None
+    published_version: int
+    published_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class AgentSummary(msgspec.Struct, kw_only=True):
+    slug: str
+    title: str
+    revision: int
+    published: bool
+    published_version: int
+    updated_at: datetime
+
+
+class AgentList(msgspec.Struct, kw_only=True):
+    items: list[AgentSummary]
+
+
+class PublishOutcome(msgspec.Struct, kw_only=True):
+    published_version: int
+    changed: bool
+    warnings: list[PublishWarning]
+    agent: AgentView
+
+
+def _view(row: AgentRow) -> AgentView:
+    return AgentView(
+        slug=row.slug,
+        draft=msgspec.convert(row.draft, AgentSpec),
+        revision=row.revision,
+        published=None if row.published is None else msgspec.convert(row.published, PublishedAgent),
+        published_version=row.published_version,
+        published_at=row.published_at,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _with_etag(row: AgentRow, status_code: int = 200) -> Response[AgentView]:
+    return Response(_view(row), status_code=status_code, headers={"ETag": etag(row.revision)})
+
+
+class AgentController(Controller):
+    path = "/workspaces/{workspace:str}/agents"
+    tags = ["agents"]
+
+    @get("/", summary="List the workspace's agents")
+    async def list(self, workspace: FromPath[str], conn: DbConn, principal: Caller) -> AgentList:
+        ws = await load_workspace(conn, principal, workspace, Role.VIEWER)
+        return AgentList(
+            items=[
+                AgentSummary(
+                    slug=row.slug,
+                    title=row.draft["title"],
+                    revision=row.revision,
+                    published=row.published is not None,
+                    published_version=row.published_version,
+                    updated_at=row.updated_at,
+                )
+                for row in await list_agents(conn, ws.id)
+            ]
+        )
+
+    @post("/", summary="Create an agent draft")
+    async def create(
+        self, workspace: FromPath[str], data: JSONBody[AgentSpec], conn: DbConn, principal: Caller
+    ) -> Response[AgentView]:
+        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
+        return _with_etag(await create_agent(conn, ws, principal.actor, data), 201)
+
+    @get("/{slug:str}", summary="Read an agent: its draft and its published state")
+    async def read(
+        self, workspace: FromPath[str], slug: FromPath[str], conn: DbConn, principal: Caller
+    ) -> Response[AgentView]:
+        ws = await load_workspace(conn, principal, workspace, Role.VIEWER)
+        row = await get_agent(conn, ws.id, slug)
+        if row is None:
+            raise NotFound(f"agent {slug!r} not found in workspace {ws.slug!r}")
+        return _with_etag(row)
+
+    @put("/{slug:str}", summary="Replace an agent's draft (If-Match required)")
+    async def replace(
+        self,
+        request: Request[Any, Any, Any],
+        workspace: FromPath[str],
+        slug: FromPath[str],
+        data: JSONBody[AgentSpec],
+        conn: DbConn,
+        principal: Caller,
+    ) -> Response[AgentView]:
+        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
+        expected = parse_if_match(request)
+        return _with_etag(await update_agent_draft(conn, ws, principal.actor, slug, data, expected))
+
+    @post(
+        "/{slug:str}/publish",
+        status_code=200,
+        summary="Publish the agent's draft (If-Match required)",
+        description=(
+            "Bound operations without a published version stay bound but are left out of the "
+            "catalog until they are published; each is reported in `warnings`. Publishing a "
+            "draft equal to the published state answers `changed: false` and makes no version."
+        ),
+    )
+    async def publish(
+        self,
+        request: Request[Any, Any, Any],
+        workspace: FromPath[str],
+        slug: FromPath[str],
+        conn: DbConn,
+        principal: Caller,
+    ) -> Response[PublishOutcome]:
+        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
+        expected = parse_if_match(request)
+        result = await publish_agent(conn, ws, principal.actor, slug, expected)
+        outcome = PublishOutcome(
+            published_version=result.published_version,
+            changed=result.changed,
+            warnings=result.warnings,
+            agent=_view(result.agent),
+        )
+        return Response(outcome, headers={"ETag": etag(result.agent.revision)})
+
+    @post(
+        "/{slug:str}/unpublish",
+        status_code=200,
+        summary="Take the agent off the gateways (If-Match required)",
+    )
+    async def unpublish(
+        self,
+        request: Request[Any, Any, Any],
+        workspace: FromPath[str],
+        slug: FromPath[str],
+        conn: DbConn,
+        principal: Caller,
+    ) -> Response[AgentView]:
+        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
+        expected = parse_if_match(request)
+        return _with_etag(await unpublish_agent(conn, ws, principal.actor, slug, expected))
+
+    @delete("/{slug:str}", summary="Delete an agent and its keys (If-Match required)")
+    async def remove(
+        self,
+        request: Request[Any, Any, Any],
+        workspace: FromPath[str],
+        slug: FromPath[str],
+        conn: DbConn,
+        principal: Caller,
+    ) -> None:
+        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
+        expected = parse_if_match(request)
+        await delete_agent(conn, ws, principal.actor, slug, expected)
+
+
+handlers: list[Any] = [AgentController]

@@ -1,7 +1,59 @@
-"""`/api/v1/workspaces/{workspace}/apply` routes (being written)."""
+"""``POST /api/v1/workspaces/{workspace}/apply``: what ``crank apply`` calls.
+
+The body is an operation file (JSON). Its ``workspace`` must name the path's
+workspace; ``default`` (also what an omitted field decodes to) always matches,
+so one file can be applied to several workspaces with ``--workspace``.
+No ``If-Match``: the file states the whole desired draft, and the apply
+serializes with every other writer through row locks instead.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-handlers: list[Any] = []
+from litestar import post
+from litestar.params import FromPath, FromQuery, JSONBody
+from litestar.status_codes import HTTP_200_OK
+
+from control_plane.auth import Role, load_workspace
+from control_plane.deps import Caller, DbConn
+from control_plane.errors import BadRequest, ValidationFailed
+from control_plane.services.apply import ApplyPlan, apply_file
+from shared.spec import CrankFile
+from shared.spec_validation import FieldError
+
+
+@post(
+    "/workspaces/{workspace:str}/apply",
+    status_code=HTTP_200_OK,
+    tags=["apply"],
+    summary="Apply an operation file: create, update and optionally publish",
+    description=(
+        "Idempotent: a second apply of the same file reports every resource unchanged "
+        "and writes nothing. `dry_run` reports the same plan and writes nothing. A file "
+        "with errors gets 400 `validation_failed` with paths into the file and changes "
+        "nothing."
+    ),
+)
+async def apply_operation_file(
+    workspace: FromPath[str],
+    data: JSONBody[CrankFile],
+    conn: DbConn,
+    principal: Caller,
+    publish: FromQuery[bool] = False,
+    dry_run: FromQuery[bool] = False,
+) -> ApplyPlan:
+    ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
+    if data.workspace is not None and data.workspace != ws.slug:
+        raise BadRequest(
+            f"the file is for workspace {data.workspace!r} but was sent to {ws.slug!r}",
+            code="workspace_mismatch",
+            errors=[FieldError("workspace", f"must be {ws.slug!r} or omitted")],
+        )
+    plan = await apply_file(conn, ws, principal.actor, data, publish=publish, dry_run=dry_run)
+    if plan.errors:
+        raise ValidationFailed(plan.errors)
+    return plan
+
+
+handlers: list[Any] = [apply_operation_file]

@@ -1,7 +1,218 @@
-"""`/api/v1/workspaces/{workspace}/operations` routes (being written)."""
+"""``/api/v1/workspaces/{workspace}/operations``: drafts, publishing and versions.
+
+Reads need the viewer role, writes the editor role; every write carries
+``If-Match`` with the draft's ETag (creating excepted). The ETag is the
+draft's revision, so a publish, which does not change the draft, keeps it.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Annotated, Any
 
-handlers: list[Any] = []
+import msgspec
+from litestar import Controller, Request, Response, delete, get, post, put
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
+
+from control_plane.auth import Role, load_workspace
+from control_plane.deps import Caller, DbConn
+from control_plane.etag import etag, parse_if_match
+from control_plane.services import operations as service
+from shared.spec import OperationSpec, operation_from_builtins
+
+
+class OperationList(msgspec.Struct, kw_only=True):
+    items: list[service.OperationSummary]
+    next_cursor: str | None
+
+
+class OperationView(msgspec.Struct, kw_only=True):
+    name: str
+    draft: OperationSpec
+    revision: int
+    latest_version: int | None
+    draft_changed: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+class VersionList(msgspec.Struct, kw_only=True):
+    items: list[service.VersionInfo]
+
+
+class VersionView(msgspec.Struct, kw_only=True):
+    name: str
+    version: int
+    spec: OperationSpec
+    published_at: datetime
+    published_by: str
+
+
+def _view(row: service.OperationRow, status_code: int = HTTP_200_OK) -> Response[OperationView]:
+    view = OperationView(
+        name=row.name,
+        draft=operation_from_builtins(row.draft),
+        revision=row.revision,
+        latest_version=row.latest_version,
+        draft_changed=row.draft_changed,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+    return Response(view, status_code=status_code, headers={"ETag": etag(row.revision)})
+
+
+AnyRequest = Request[Any, Any, Any]
+PageSize = Annotated[int, QueryParameter(ge=1, le=500, description="items per page")]
+
+
+class OperationController(Controller):
+    path = "/workspaces/{workspace:str}/operations"
+    tags = ["operations"]
+
+    @get("/", summary="List operations with their draft and publish state")
+    async def list(
+        self,
+        workspace: FromPath[str],
+        conn: DbConn,
+        principal: Caller,
+        cursor: FromQuery[str | None] = None,
+        limit: PageSize = 100,
+    ) -> OperationList:
+        ws = await load_workspace(conn, principal, workspace)
+        items, next_cursor = await service.list_operations(conn, ws.id, after=cursor, limit=limit)
+        return OperationList(items=items, next_cursor=next_cursor)
+
+    @post("/", summary="Create an operation (its draft; nothing is published)")
+    async def create(
+        self,
+        workspace: FromPath[str],
+        data: JSONBody[OperationSpec],
+        conn: DbConn,
+        principal: Caller,
+    ) -> Response[OperationView]:
+        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
+        row = await service.create_operation(conn, ws, principal.actor, data)
+        return _view(row, HTTP_201_CREATED)
+
+    @get("/{name:str}", summary="Read an operation's draft; the ETag is its revision")
+    async def read(
+        self, workspace: FromPath[str], name: FromPath[str], conn: DbConn, principal: Caller
+    ) -> Response[OperationView]:
+        ws = await load_workspace(conn, principal, workspace)
+        return _view(await service.require_operation(conn, ws, name))
+
+    @put("/{name:str}", summary="Replace the draft (If-Match required)")
+    async def update(
+        self,
+        request: AnyRequest,
+        workspace: FromPath[str],
+        name: FromPath[str],
+        data: JSONBody[OperationSpec],
+        conn: DbConn,
+        principal: Caller,
+    ) -> Response[OperationView]:
+        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
+        expected = parse_if_match(request)
+        row = await service.update_operation_draft(conn, ws, principal.actor, name, data, expected)
+        return _view(row)
+
+    @delete(
+        "/{name:str}/draft",
+        status_code=HTTP_200_OK,
+        summary="Discard the draft: back to the latest version, or delete if never published",
+    )
+    async def discard_draft(
+        self,
+        request: AnyRequest,
+        workspace: FromPath[str],
+        name: FromPath[str],
+        conn: DbConn,
+        principal: Caller,
+    ) -> Response[service.DiscardResult]:
+        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
+        expected = parse_if_match(request)
+        result = await service.discard_draft(conn, ws, principal.actor, name, expected)
+        headers = {} if result.revision is None else {"ETag": etag(result.revision)}
+        return Response(result, headers=headers)
+
+    @post(
+        "/{name:str}/publish",
+        summary="Publish the draft as a new version (201), or nothing if unchanged (200)",
+    )
+    async def publish(
+        self,
+        request: AnyRequest,
+        workspace: FromPath[str],
+        name: FromPath[str],
+        conn: DbConn,
+        principal: Caller,
+    ) -> Response[service.PublishResult]:
+        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
+        expected = parse_if_match(request)
+        result = await service.publish_operation(conn, ws, principal.actor, name, expected)
+        return _publish_response(result)
+
+    @get("/{name:str}/versions", summary="List published versions, newest first")
+    async def versions(
+        self, workspace: FromPath[str], name: FromPath[str], conn: DbConn, principal: Caller
+    ) -> VersionList:
+        ws = await load_workspace(conn, principal, workspace)
+        return VersionList(items=await service.list_versions(conn, ws, name))
+
+    @get("/{name:str}/versions/{version:int}", summary="Read one published version")
+    async def version(
+        self,
+        workspace: FromPath[str],
+        name: FromPath[str],
+        version: FromPath[int],
+        conn: DbConn,
+        principal: Caller,
+    ) -> VersionView:
+        ws = await load_workspace(conn, principal, workspace)
+        row = await service.get_version(conn, ws, name, version)
+        return VersionView(
+            name=name,
+            version=row.version,
+            spec=operation_from_builtins(row.spec),
+            published_at=row.published_at,
+            published_by=row.published_by,
+        )
+
+    @get("/{name:str}/diff", summary="What publishing the draft would change")
+    async def diff(
+        self, workspace: FromPath[str], name: FromPath[str], conn: DbConn, principal: Caller
+    ) -> service.Diff:
+        ws = await load_workspace(conn, principal, workspace)
+        return await service.diff_operation(conn, ws, name)
+
+    @post(
+        "/{name:str}/versions/{version:int}/rollback",
+        summary="Publish an earlier version again as a new version; the draft becomes it",
+    )
+    async def rollback(
+        self,
+        request: AnyRequest,
+        workspace: FromPath[str],
+        name: FromPath[str],
+        version: FromPath[int],
+        conn: DbConn,
+        principal: Caller,
+    ) -> Response[service.PublishResult]:
+        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
+        expected = parse_if_match(request)
+        result = await service.rollback_operation(
+            conn, ws, principal.actor, name, version, expected
+        )
+        return _publish_response(result)
+
+
+def _publish_response(result: service.PublishResult) -> Response[service.PublishResult]:
+    return Response(
+        result,
+        status_code=HTTP_201_CREATED if result.changed else HTTP_200_OK,
+        headers={"ETag": etag(result.revision)},
+    )
+
+
+handlers: list[Any] = [OperationController]

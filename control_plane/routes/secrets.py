@@ -1,7 +1,75 @@
-"""`/api/v1/workspaces/{workspace}/secrets` routes (being written)."""
+"""``/api/v1/workspaces/{workspace}/secrets``: write-only upstream credentials.
+
+Listing (names and times, never values) needs the viewer role; setting and
+deleting need the editor role. Secrets take no ``If-Match``: they have no
+readable state a client could have based its write on, so there is nothing
+to conflict on — a PUT replaces the value, last write wins.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-handlers: list[Any] = []
+import msgspec
+from litestar import Controller, Response, delete, get, put
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import FromPath, JSONBody
+
+from control_plane.auth import Role, load_workspace
+from control_plane.deps import Caller, CrankState, DbConn
+from control_plane.services.secrets import (
+    SecretView,
+    delete_secret,
+    get_secret_view,
+    list_secrets,
+    set_secret,
+)
+
+
+class SecretSet(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    value: str
+
+
+class SecretList(msgspec.Struct, kw_only=True):
+    items: list[SecretView]
+
+
+class SecretController(Controller):
+    path = "/workspaces/{workspace:str}/secrets"
+    tags = ["secrets"]
+
+    @get("/", summary="List secret names (values are never returned)")
+    async def list(self, workspace: FromPath[str], conn: DbConn, principal: Caller) -> SecretList:
+        ws = await load_workspace(conn, principal, workspace, Role.VIEWER)
+        return SecretList(items=await list_secrets(conn, ws.id))
+
+    @put(
+        "/{name:str}",
+        summary="Create (201) or replace (200) a secret",
+        description="The value is encrypted at rest and never returned by any endpoint.",
+        responses={201: ResponseSpec(data_container=SecretView, description="Secret created")},
+    )
+    async def store(
+        self,
+        workspace: FromPath[str],
+        name: FromPath[str],
+        data: JSONBody[SecretSet],
+        conn: DbConn,
+        principal: Caller,
+        app_state: CrankState,
+    ) -> Response[SecretView]:
+        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
+        created = await set_secret(conn, app_state.box, ws, principal.actor, name, data.value)
+        view = await get_secret_view(conn, ws.id, name)
+        assert view is not None
+        return Response(view, status_code=201 if created else 200)
+
+    @delete("/{name:str}", summary="Delete a secret")
+    async def remove(
+        self, workspace: FromPath[str], name: FromPath[str], conn: DbConn, principal: Caller
+    ) -> None:
+        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
+        await delete_secret(conn, ws, principal.actor, name)
+
+
+handlers: list[Any] = [SecretController]

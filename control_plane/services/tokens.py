@@ -75,8 +75,8 @@ async def create_admin_token(
 
 async def token_is_valid(conn: Connection, hasher: KeyHasher, token: str) -> bool:
     cur = await conn.execute(
-        """SELECT 1 FROM admin_tokens WHERE hash = %s AND revoked_at IS NULL
+        """SELECT 1 FROM admin_tokens WHERE hash = ANY(%s) AND revoked_at IS NULL
               AND (expires_at IS NULL OR expires_at > now())""",
-        (hasher.hash(token),),
+        (hasher.candidates(token),),
     )
     return await cur.fetchone() is not None

@@ -42,3 +42,11 @@ def test_key_hash_depends_on_server_secret() -> None:
     assert KeyHasher(KEY).hash("crk_x") != KeyHasher(OTHER).hash("crk_x")
     assert KeyHasher(KEY).matches("crk_x", KeyHasher(KEY).hash("crk_x"))
     assert not KeyHasher(KEY).matches("crk_y", KeyHasher(KEY).hash("crk_x"))
+
+
+def test_key_hash_candidates_cover_previous_secrets_current_first() -> None:
+    rotated = KeyHasher(KEY, previous=(OTHER,))
+    assert rotated.candidates("crk_x") == [
+        KeyHasher(KEY).hash("crk_x"),
+        KeyHasher(OTHER).hash("crk_x"),
+    ]

@@ -14,7 +14,10 @@ def test_defaults_match_the_documented_ports_and_refresh() -> None:
 
 def test_lists_and_booleans_are_parsed() -> None:
     settings = load_settings(
-        {"CRANK_ALLOWED_ORIGINS": "https://a.example, https://b.example", "CRANK_ALLOW_PRIVATE_UPSTREAMS": "true"}
+        {
+            "CRANK_ALLOWED_ORIGINS": "https://a.example, https://b.example",
+            "CRANK_ALLOW_PRIVATE_UPSTREAMS": "true",
+        }
     )
     assert settings.allowed_origins == ("https://a.example", "https://b.example")
     assert settings.allow_private_upstreams is True
@@ -22,7 +25,11 @@ def test_lists_and_booleans_are_parsed() -> None:
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("CRANK_GATEWAY_PORT", "eighty"), ("CRANK_ALLOW_PRIVATE_UPSTREAMS", "maybe"), ("CRANK_LANGUAGE", "de")],
+    [
+        ("CRANK_GATEWAY_PORT", "eighty"),
+        ("CRANK_ALLOW_PRIVATE_UPSTREAMS", "maybe"),
+        ("CRANK_LANGUAGE", "de"),
+    ],
 )
 def test_bad_values_are_clear_errors(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):

@@ -1,0 +1,203 @@
+"""``crank apply -f FILE [--publish] [--dry-run] [--workspace W]``: what CI pipelines run.
+
+The file (YAML, or JSON for ``*.json``; ``-`` reads stdin) is decoded here
+first, so a typo is reported with its path before anything is sent; the
+control plane then validates everything, applies the file in one transaction
+and answers with the plan, printed as a table. Applying the same file again
+changes nothing and prints "no changes".
+
+The target workspace is ``--workspace``, else the file's ``workspace``, else
+``default``. ``workspace: default`` (the example files' value) goes wherever
+``--workspace`` says, as it does on the server; a file naming any other
+workspace than ``--workspace`` is refused.
+
+Exit codes:
+
+- 0 — applied, or nothing to change (also a dry run that found changes);
+- 1 — the file has errors (syntax-valid but unknown fields, wrong types,
+  lint/validation errors, bindings to missing operations): nothing was written;
+- 2 — usage or connection problems: no such file, unparsable YAML/JSON, no
+  token, the control plane unreachable or refusing the token or workspace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+
+from control_plane.cli.client import ApiError, Client, segment
+from control_plane.cli.common import CliError
+from control_plane.services.apply import ApplyPlan, PlanItem
+from shared.spec import CrankFile
+from shared.spec_validation import FieldError, decode_error_to_field
+
+DEFAULT_WORKSPACE = "default"  # where a file that names none goes without --workspace
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+
+_RESOURCE = re.compile(r"^(operations|agents)\[(\d+)\]")
+
+
+def read_source(path: str) -> tuple[str, str]:
+    """(text, display name); ``-`` is stdin."""
+    if path == "-":
+        return sys.stdin.read(), "<stdin>"
+    try:
+        return Path(path).read_text(encoding="utf-8"), path
+    except FileNotFoundError:
+        raise CliError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"{path}: cannot read it: {exc}") from None
+
+
+def parse_document(text: str, name: str) -> Any:
+    """The document as plain data; a syntax error names its line (exit 2)."""
+    if name.endswith(".json"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise CliError(f"{name}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
+        problem = " ".join(p for p in (exc.context, exc.problem) if p)
+        raise CliError(f"{where}: not valid YAML: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise CliError(f"{name}: not valid YAML: {exc}") from None
+
+
+def label(field: str, document: Any) -> str:
+    """``operations[1].request`` -> ``operations[1] (delete_order).request``."""
+    match = _RESOURCE.match(field)
+    if not match or not isinstance(document, dict):
+        return field or "(file)"
+    section, index = match.group(1), int(match.group(2))
+    entries = document.get(section)
+    if not isinstance(entries, list) or index >= len(entries):
+        return field
+    entry = entries[index]
+    key = "name" if section == "operations" else "slug"
+    name = entry.get(key) if isinstance(entry, dict) else None
+    if not isinstance(name, str):
+        return field
+    return f"{match.group(0)} ({name}){field[match.end() :]}"
+
+
+def print_errors(name: str, errors: list[FieldError], document: Any) -> None:
+    plural = "s" if len(errors) != 1 else ""
+    print(f"{name}: {len(errors)} error{plural}; nothing was applied", file=sys.stderr)
+    for error in errors:
+        print(f"  {label(error.field, document)}: {error.message}", file=sys.stderr)
+
+
+def decode_file(document: Any) -> CrankFile:
+    if document is None:
+        raise msgspec.ValidationError("the file is empty")
+    return msgspec.convert(document, CrankFile)
+
+
+def _action(item: PlanItem) -> str:
+    if item.action == "unchanged":
+        return "publish" if item.publish else "unchanged"
+    return f"{item.action} + publish" if item.publish else item.action
+
+
+def render_plan(plan: ApplyPlan) -> list[str]:
+    heading = f"workspace {plan.workspace}" + (
+        " (dry run: nothing was written)" if plan.dry_run else ""
+    )
+    if not plan.items:
+        return [f"{heading}: the file holds no operations or agents; no changes"]
+    rows = [("KIND", "NAME", "ACTION", "VERSION")]
+    for item in plan.items:
+        version = f"v{item.version}" if item.version is not None else "-"
+        rows.append((item.kind, item.name, _action(item), version))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = [f"{heading}:"]
+    for row in rows:
+        cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:3])]
+        lines.append("  " + "  ".join([*cells, row[3]]).rstrip())
+    warnings = [(item, w) for item in plan.items for w in item.warnings]
+    if warnings:
+        lines.append("warnings:")
+        lines += [f"  {item.kind} {item.name}: {w.message} [{w.code}]" for item, w in warnings]
+    if not plan.changed:
+        lines.append(f"no changes: all {len(plan.items)} resources already match the file")
+        return lines
+    counts = Counter(item.action for item in plan.items)
+    published = sum(item.publish for item in plan.items)
+    done = (
+        f"would create {counts['create']}, update {counts['update']}, publish {published}"
+        if plan.dry_run
+        else f"created {counts['create']}, updated {counts['update']}, published {published}"
+    )
+    lines.append(f"{done}; {counts['unchanged']} unchanged")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    text, name = read_source(args.file)
+    document = parse_document(text, name)
+    try:
+        file = decode_file(document)
+    except msgspec.ValidationError as exc:
+        print_errors(name, [decode_error_to_field(exc)], document)
+        return EXIT_INVALID
+    if args.workspace and file.workspace not in (None, args.workspace):
+        raise CliError(
+            f"{name} is for workspace {file.workspace!r} but --workspace is {args.workspace!r}"
+        )
+    workspace = args.workspace or file.workspace or DEFAULT_WORKSPACE
+    file = msgspec.structs.replace(file, workspace=workspace)
+
+    client = Client.from_env()
+    query = {"publish": str(args.publish).lower(), "dry_run": str(args.dry_run).lower()}
+    try:
+        body = client.post(f"/workspaces/{segment(workspace)}/apply", file, query)
+    except ApiError as exc:
+        if exc.code != "validation_failed" or not exc.errors:
+            raise
+        print_errors(name, exc.errors, document)
+        return EXIT_INVALID
+    try:
+        plan = msgspec.convert(body, ApplyPlan)
+    except msgspec.ValidationError as exc:
+        raise CliError(f"the control plane answered with an unexpected plan: {exc}") from None
+    print("\n".join(render_plan(plan)), flush=True)
+    return EXIT_OK
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "apply",
+        help="apply an operation file (idempotent; prints the plan)",
+        description=(
+            "Create or update the operations and agents of FILE in a workspace, and with "
+            "--publish publish what changed. A second apply of the same file changes nothing. "
+            "Exit codes: 0 applied or no changes, 1 errors in the file (nothing applied), "
+            "2 usage or connection errors."
+        ),
+    )
+    parser.add_argument(
+        "-f", "--file", required=True, metavar="FILE", help="YAML or JSON; - is stdin"
+    )
+    parser.add_argument("--publish", action="store_true", help="publish what changed")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the plan without writing anything"
+    )
+    parser.add_argument(
+        "--workspace", metavar="W", help="target workspace (default: the file's, else default)"
+    )
+    parser.set_defaults(func=run)

@@ -1,0 +1,68 @@
+"""``crank tokens create``: an admin token, straight against the database.
+
+This is how the first token of a deployment comes to exist (the API needs a
+token to create one), so it works from ``CRANK_DATABASE_URL`` and
+``CRANK_SECRET_KEY`` alone. Only the token goes to stdout::
+
+    TOKEN=$(crank tokens create --role admin)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from control_plane.cli.common import CliError, cli_settings, key_hasher, require_database_url
+from control_plane.services.tokens import IssuedToken, UnknownWorkspace, create_admin_token
+from shared.crypto import KeyHasher
+from shared.db import connect
+
+ROLES = ("admin", "owner", "editor", "viewer")
+
+
+async def _create(
+    database_url: str, hasher: KeyHasher, *, role: str, workspace: str | None, name: str
+) -> IssuedToken:
+    async with await connect(database_url) as conn:
+        try:
+            issued = await create_admin_token(
+                conn, hasher, name=name, role=role, workspace=workspace
+            )
+        except UnknownWorkspace:
+            raise CliError(f"workspace {workspace!r} does not exist") from None
+        await conn.commit()
+    return issued
+
+
+def create(args: argparse.Namespace) -> int:
+    if args.role == "admin" and args.workspace is not None:
+        raise CliError("--role admin is instance-wide; leave out --workspace")
+    if args.role != "admin" and args.workspace is None:
+        raise CliError(f"--role {args.role} is a workspace role; add --workspace W")
+    settings = cli_settings()
+    database_url = require_database_url(settings)
+    hasher = key_hasher(settings)
+    name = args.name or (f"{args.role}@{args.workspace}" if args.workspace else "admin")
+    issued = asyncio.run(
+        _create(database_url, hasher, role=args.role, workspace=args.workspace, name=name)
+    )
+    print(issued.token, flush=True)
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tokens = subparsers.add_parser("tokens", help="admin tokens (straight against the database)")
+    actions = tokens.add_subparsers(dest="tokens_command", required=True, metavar="ACTION")
+    parser = actions.add_parser(
+        "create",
+        help="create an admin token and print only the token",
+        description=(
+            "Create an admin user holding ROLE (admin: instance-wide; owner, editor, viewer: "
+            "in --workspace) and a token for it. Needs CRANK_DATABASE_URL and CRANK_SECRET_KEY. "
+            "Prints only the token, for TOKEN=$(crank tokens create ...)."
+        ),
+    )
+    parser.add_argument("--role", required=True, choices=ROLES)
+    parser.add_argument("--workspace", metavar="W", help="workspace slug (workspace roles only)")
+    parser.add_argument("--name", metavar="N", help="who or what holds the token (audit log)")
+    parser.set_defaults(func=create)

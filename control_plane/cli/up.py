@@ -1,0 +1,239 @@
+"""``crank up``: everything for a local run, in one command, stopped by one Ctrl-C.
+
+1. The dev state file (0600): a generated ``CRANK_SECRET_KEY``, the dev admin
+   token and the demo keys, kept across runs.
+2. The database: ``CRANK_DATABASE_URL`` when set, else the embedded
+   PostgreSQL 18 under the data directory.
+3. Migrations, the dev admin token, the demo seed (published), the demo keys.
+4. Child processes: the demo sales API on loopback, the control plane (and
+   the gateway, once it exists), with the demo sales API allowlisted as the
+   only private upstream.
+5. The banner (URLs, token, keys, curl lines) once the control plane answers.
+
+SIGINT and SIGTERM stop the children and the embedded PostgreSQL; a child
+that exits on its own stops everything too (exit code 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import fcntl
+import os
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+import structlog
+
+from control_plane.cli import banner, devstate, servers_cmd
+from control_plane.cli.common import CliError, cli_settings
+from control_plane.cli.devdb import start_embedded, stop_embedded
+from control_plane.cli.devkeys import DEMO_KEYS, ensure_admin_token, ensure_api_key
+from control_plane.cli.runtime import ChildFailed, Supervisor
+from control_plane.cli.seed import ensure_workspace, seed_demo
+from control_plane.demo import DEMO_WORKSPACE, demo_sales_port
+from shared.crypto import KeyHasher
+from shared.db import connect
+from shared.logging import configure_logging
+from shared.migrate import migrate
+from shared.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+UP_ACTOR = "crank up"
+READY_TIMEOUT_S = 60.0
+
+
+class Shutdown(BaseException):
+    """SIGINT or SIGTERM arrived; unwinds whatever ``crank up`` is doing."""
+
+
+def _raise_shutdown(signum: int, frame: FrameType | None) -> None:
+    raise Shutdown(signal.Signals(signum).name)
+
+
+def _ignore_while_stopping(signum: int, frame: FrameType | None) -> None:
+    print("crank up: stopping, please wait...", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _data_dir_lock(directory: Path) -> Iterator[None]:
+    """One ``crank up`` per data directory (they would share one embedded server)."""
+    with open(directory / "up.lock", "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CliError(
+                f"another `crank up` is running with data directory {directory}"
+            ) from None
+        yield
+
+
+def _check_port_free(host: str, port: int, variable: str) -> None:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        # As the servers bind: connections of an earlier run in TIME_WAIT do not count.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            raise CliError(
+                f"port {port} on {host} is taken; choose another with {variable}"
+            ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    admin_token: str
+    keys: dict[tuple[str, str], str]  # (agent, kind) -> key
+
+
+async def _prepare(
+    database_url: str, hasher: KeyHasher, state: devstate.DevState, sales_port: int
+) -> Prepared:
+    await migrate(database_url)
+    async with await connect(database_url) as conn:
+        token = await ensure_admin_token(conn, hasher, state.admin_token)
+        plan = await seed_demo(conn, sales_port=sales_port, actor=UP_ACTOR)
+        workspace = await ensure_workspace(conn, DEMO_WORKSPACE, UP_ACTOR)
+        keys: dict[tuple[str, str], str] = {}
+        for agent, kind in DEMO_KEYS:
+            saved = (state.agent_keys if kind == "agent" else state.approval_keys).get(agent)
+            keys[agent, kind] = await ensure_api_key(
+                conn, hasher, workspace, UP_ACTOR, agent=agent, kind=kind, saved=saved
+            )
+        await conn.commit()
+    log.info("demo_seeded", changed=plan.changed)
+    return Prepared(admin_token=token, keys=keys)
+
+
+def _child_env(
+    settings: Settings, database_url: str, secret_key: str, sales_port: int
+) -> dict[str, str]:
+    env = dict(os.environ)
+    allowlist = [*settings.upstream_allowlist, f"127.0.0.1:{sales_port}"]
+    env.update(
+        CRANK_DATABASE_URL=database_url,
+        CRANK_SECRET_KEY=secret_key,
+        CRANK_ALLOW_PRIVATE_UPSTREAMS="true",
+        CRANK_UPSTREAM_ALLOWLIST=",".join(dict.fromkeys(allowlist)),
+        CRANK_DEMO_SALES_PORT=str(sales_port),
+    )
+    return env
+
+
+def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:
+    sales_port = demo_sales_port()
+    host = banner.client_host(settings.host)
+    _check_port_free(settings.host, settings.control_plane_port, "CRANK_CONTROL_PLANE_PORT")
+    _check_port_free("127.0.0.1", sales_port, "CRANK_DEMO_SALES_PORT")
+    gateway_argv = servers_cmd.gateway_argv(settings)
+    if gateway_argv is not None:
+        _check_port_free(settings.host, settings.gateway_port, "CRANK_GATEWAY_PORT")
+
+    directory = devstate.data_dir()
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    stack.enter_context(_data_dir_lock(directory))
+    state = devstate.load_or_create_dev_state()
+    secret_key = settings.secret_key or state.secret_key
+    try:
+        hasher = KeyHasher(secret_key)
+    except ValueError as exc:  # a CRANK_SECRET_KEY from the environment that is too short
+        raise CliError(str(exc)) from None
+
+    if settings.database_url:
+        database_url = settings.database_url
+        database_label = "the server in CRANK_DATABASE_URL"
+    else:
+        pgdata = directory / "pgdata"
+        server = start_embedded(pgdata)
+        stack.callback(stop_embedded, server, pgdata)
+        database_url = server.url()
+        database_label = f"embedded PostgreSQL 18 in {pgdata}"
+
+    prepared = asyncio.run(_prepare(database_url, hasher, state, sales_port))
+    state.admin_token = prepared.admin_token
+    state.agent_keys = {a: k for (a, kind), k in prepared.keys.items() if kind == "agent"}
+    state.approval_keys = {a: k for (a, kind), k in prepared.keys.items() if kind == "approval"}
+    state.control_plane_url = f"http://{host}:{settings.control_plane_port}"
+    state.gateway_url = f"http://{host}:{settings.gateway_port}"
+    devstate.save_dev_state(state)
+
+    env = _child_env(settings, database_url, secret_key, sales_port)
+    supervisor = Supervisor()
+    stack.callback(supervisor.stop_all)
+    sales = supervisor.start(
+        "sales-api",
+        [sys.executable, "-m", "control_plane.demo.sales_api", "--port", str(sales_port)],
+        env,
+    )
+    control_plane = supervisor.start("control-plane", servers_cmd.control_plane_argv(settings), env)
+    # The gateway (next issue): started by module path like the control plane,
+    # as soon as servers_cmd.GATEWAY_APP names its factory.
+    gateway = supervisor.start("gateway", gateway_argv, env) if gateway_argv else None
+
+    try:
+        supervisor.wait_for_http(sales, f"http://127.0.0.1:{sales_port}/healthz", timeout_s=30)
+        supervisor.wait_for_http(
+            control_plane, f"{state.control_plane_url}/readyz", timeout_s=READY_TIMEOUT_S
+        )
+        if gateway is not None:
+            supervisor.wait_for_http(gateway, f"{state.gateway_url}/healthz", timeout_s=30)
+    except ChildFailed as exc:
+        raise CliError(str(exc), exit_code=1) from None
+
+    print(
+        banner.render(
+            state,
+            dev_state_file=devstate.dev_state_path(),
+            database=database_label,
+            sales_url=f"http://127.0.0.1:{sales_port}",
+            gateway_running=gateway is not None,
+        ),
+        flush=True,
+    )
+    stopped = supervisor.watch()
+    raise CliError(
+        f"{stopped.name} exited with code {stopped.process.returncode}; stopping everything",
+        exit_code=1,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = cli_settings()
+    configure_logging(settings.log_level, json=not sys.stderr.isatty())
+    previous = {sig: signal.signal(sig, _raise_shutdown) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with contextlib.ExitStack() as stack:
+            try:
+                return _serve(stack, settings)
+            except Shutdown as exc:
+                print(f"\ncrank up: {exc}, stopping", file=sys.stderr, flush=True)
+                return 0
+            finally:
+                # The stack unwinds (children, database) with the signals ignored,
+                # so a second Ctrl-C cannot cut the cleanup short.
+                for sig in previous:
+                    signal.signal(sig, _ignore_while_stopping)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        print("crank up: stopped", file=sys.stderr, flush=True)
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "up",
+        help="run Crank locally: database, migrations, demo, servers (Ctrl-C stops all)",
+        description=(
+            "All-in-one local run. Uses CRANK_DATABASE_URL when set, else an embedded "
+            "PostgreSQL 18 under the data directory (CRANK_DATA_DIR to move it). Prints "
+            "the URLs, a dev admin token and demo keys: a local development tool."
+        ),
+    )
+    parser.set_defaults(func=run)

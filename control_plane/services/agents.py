@@ -1,0 +1,327 @@
+"""Agents: a draft (title, description, bound operation names, rate limit) and a
+published state that the gateways serve.
+
+``revision`` versions the *draft*: every draft change bumps it and writes must
+name the revision they read (``expected_revision``; ``None`` skips the check,
+for ``crank apply``). Publish and unpublish take the same check, so a publish
+always publishes the draft its caller saw, but they leave ``revision`` alone:
+an editor's draft work is not invalidated by a colleague publishing.
+
+``published`` is ``{title, description, operations, rate_limit}`` or NULL.
+``published_version`` counts publishes and never goes back, so it still holds
+the last number after an unpublish. The catalog of an agent is its published
+operation names resolved to each operation's latest published version; a name
+whose operation has none yet stays in the list and appears once that
+operation is published.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+
+import msgspec
+from psycopg import errors as pg_errors
+from psycopg.types.json import Jsonb
+
+from control_plane.auth import Workspace
+from control_plane.errors import Conflict, NotFound, ValidationFailed
+from control_plane.etag import check_revision
+from control_plane.services.audit import record
+from control_plane.services.catalog import bump_catalog
+from shared.db import Connection
+from shared.spec import AgentSpec, agent_from_builtins, spec_to_builtins
+from shared.spec_validation import FieldError, validate_agent
+
+_COLUMNS = (
+    "id, slug, draft, revision, published, published_version, published_at, created_at, updated_at"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRow:
+    id: int
+    slug: str
+    draft: dict[str, Any]  # AgentSpec builtins
+    revision: int
+    published: dict[str, Any] | None  # {title, description, operations, rate_limit}
+    published_version: int
+    published_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> AgentRow:
+        return cls(**{field.name: row[field.name] for field in fields(cls)})
+
+
+class PublishWarning(msgspec.Struct, kw_only=True, frozen=True):
+    code: str  # operation_not_published | operation_not_found
+    operation: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class AgentPublishResult:
+    agent: AgentRow
+    published_version: int
+    changed: bool  # False: the published state already equalled the draft
+    warnings: list[PublishWarning]
+
+
+def published_state(draft: dict[str, Any]) -> dict[str, Any]:
+    """What a publish copies out of a draft (everything but the slug)."""
+    state = spec_to_builtins(agent_from_builtins(draft))  # fills defaults a stored draft lacks
+    del state["slug"]
+    return state
+
+
+async def list_agents(conn: Connection, workspace_id: int) -> list[AgentRow]:
+    cur = await conn.execute(
+        f"SELECT {_COLUMNS} FROM agents WHERE workspace_id = %s ORDER BY slug", (workspace_id,)
+    )
+    return [AgentRow.from_row(row) for row in await cur.fetchall()]
+
+
+async def get_agent(conn: Connection, workspace_id: int, slug: str) -> AgentRow | None:
+    cur = await conn.execute(
+        f"SELECT {_COLUMNS} FROM agents WHERE workspace_id = %s AND slug = %s",
+        (workspace_id, slug),
+    )
+    row = await cur.fetchone()
+    return AgentRow.from_row(row) if row else None
+
+
+async def _lock_agent(conn: Connection, ws: Workspace, slug: str) -> AgentRow:
+    cur = await conn.execute(
+        f"SELECT {_COLUMNS} FROM agents WHERE workspace_id = %s AND slug = %s FOR UPDATE",
+        (ws.id, slug),
+    )
+    row = await cur.fetchone()
+    if row is None:
+        raise NotFound(f"agent {slug!r} not found in workspace {ws.slug!r}")
+    return AgentRow.from_row(row)
+
+
+async def _validate(conn: Connection, ws: Workspace, spec: AgentSpec) -> dict[str, Any]:
+    """The stored draft, or ValidationFailed listing every problem (unknown
+    operation names included, reported on ``operations[i]``)."""
+    errors = validate_agent(spec)
+    flagged = {error.field for error in errors}
+    cur = await conn.execute(
+        "SELECT name FROM operations WHERE workspace_id = %s AND name = ANY(%s)",
+        (ws.id, spec.operations),
+    )
+    existing = {row["name"] for row in await cur.fetchall()}
+    for index, name in enumerate(spec.operations):
+        field = f"operations[{index}]"
+        if field not in flagged and name not in existing:
+            errors.append(
+                FieldError(field, f"no operation named {name!r} in workspace {ws.slug!r}")
+            )
+    if errors:
+        raise ValidationFailed(errors)
+    return spec_to_builtins(spec)
+
+
+async def create_agent(conn: Connection, ws: Workspace, actor: str, spec: AgentSpec) -> AgentRow:
+    draft = await _validate(conn, ws, spec)
+    try:
+        async with conn.transaction():
+            cur = await conn.execute(
+                f"""INSERT INTO agents (workspace_id, slug, draft) VALUES (%s, %s, %s)
+                    RETURNING {_COLUMNS}""",
+                (ws.id, spec.slug, Jsonb(draft)),
+            )
+            row = await cur.fetchone()
+    except pg_errors.UniqueViolation:
+        raise Conflict(
+            f"agent {spec.slug!r} already exists in workspace {ws.slug!r}", code="already_exists"
+        ) from None
+    assert row is not None
+    await record(
+        conn,
+        workspace_id=ws.id,
+        actor=actor,
+        action="agent.create",
+        resource_type="agent",
+        resource_name=spec.slug,
+        details={"operations": spec.operations},
+    )
+    return AgentRow.from_row(row)
+
+
+async def update_agent_draft(
+    conn: Connection,
+    ws: Workspace,
+    actor: str,
+    slug: str,
+    spec: AgentSpec,
+    expected_revision: int | None,
+) -> AgentRow:
+    """Replace the draft. A draft equal to the stored one changes nothing (same
+    revision, no audit row), so applying the same file twice is a no-op."""
+    if spec.slug != slug:
+        raise ValidationFailed(
+            [FieldError("slug", f"the body's slug {spec.slug!r} differs from the URL's {slug!r}")]
+        )
+    current = await _lock_agent(conn, ws, slug)
+    if expected_revision is not None:
+        check_revision(expected_revision, current.revision, f"agent {slug!r}")
+    draft = await _validate(conn, ws, spec)
+    if draft == current.draft:
+        return current
+    cur = await conn.execute(
+        f"""UPDATE agents SET draft = %s, revision = revision + 1, updated_at = now()
+             WHERE id = %s RETURNING {_COLUMNS}""",
+        (Jsonb(draft), current.id),
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    await record(
+        conn,
+        workspace_id=ws.id,
+        actor=actor,
+        action="agent.update",
+        resource_type="agent",
+        resource_name=slug,
+        details={"revision": row["revision"], "operations": spec.operations},
+    )
+    return AgentRow.from_row(row)
+
+
+async def _catalog_warnings(
+    conn: Connection, ws: Workspace, operations: list[str]
+) -> list[PublishWarning]:
+    """Bound operations that will not be in the catalog, and why."""
+    cur = await conn.execute(
+        "SELECT name, latest_version FROM operations WHERE workspace_id = %s AND name = ANY(%s)",
+        (ws.id, operations),
+    )
+    latest = {row["name"]: row["latest_version"] for row in await cur.fetchall()}
+    warnings = []
+    for name in operations:
+        if name not in latest:
+            warnings.append(
+                PublishWarning(
+                    code="operation_not_found",
+                    operation=name,
+                    message=f"operation {name!r} no longer exists; it is not in the catalog",
+                )
+            )
+        elif latest[name] is None:
+            warnings.append(
+                PublishWarning(
+                    code="operation_not_published",
+                    operation=name,
+                    message=(
+                        f"operation {name!r} has no published version; it joins the catalog "
+                        "when it is published"
+                    ),
+                )
+            )
+    return warnings
+
+
+async def publish_agent(
+    conn: Connection, ws: Workspace, actor: str, slug: str, expected_revision: int | None
+) -> AgentPublishResult:
+    """Copy the draft into the published state. Publishing a draft that equals
+    the published state makes no new version (``changed=False``) and no catalog
+    bump; the warnings are reported either way."""
+    current = await _lock_agent(conn, ws, slug)
+    if expected_revision is not None:
+        check_revision(expected_revision, current.revision, f"agent {slug!r}")
+    state = published_state(current.draft)
+    warnings = await _catalog_warnings(conn, ws, state["operations"])
+    if state == current.published:
+        return AgentPublishResult(
+            agent=current,
+            published_version=current.published_version,
+            changed=False,
+            warnings=warnings,
+        )
+    cur = await conn.execute(
+        f"""UPDATE agents SET published = %s, published_version = published_version + 1,
+                   published_at = now(), updated_at = now()
+             WHERE id = %s RETURNING {_COLUMNS}""",
+        (Jsonb(state), current.id),
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    await bump_catalog(conn)
+    await record(
+        conn,
+        workspace_id=ws.id,
+        actor=actor,
+        action="agent.publish",
+        resource_type="agent",
+        resource_name=slug,
+        details={
+            "published_version": row["published_version"],
+            "revision": current.revision,
+            "operations": state["operations"],
+            "warnings": [w.operation for w in warnings],
+        },
+    )
+    return AgentPublishResult(
+        agent=AgentRow.from_row(row),
+        published_version=row["published_version"],
+        changed=True,
+        warnings=warnings,
+    )
+
+
+async def unpublish_agent(
+    conn: Connection, ws: Workspace, actor: str, slug: str, expected_revision: int | None
+) -> AgentRow:
+    """Take the agent off the gateways; unpublishing an unpublished agent is a no-op."""
+    current = await _lock_agent(conn, ws, slug)
+    if expected_revision is not None:
+        check_revision(expected_revision, current.revision, f"agent {slug!r}")
+    if current.published is None:
+        return current
+    cur = await conn.execute(
+        f"""UPDATE agents SET published = NULL, published_at = NULL, updated_at = now()
+             WHERE id = %s RETURNING {_COLUMNS}""",
+        (current.id,),
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    await bump_catalog(conn)
+    await record(
+        conn,
+        workspace_id=ws.id,
+        actor=actor,
+        action="agent.unpublish",
+        resource_type="agent",
+        resource_name=slug,
+        details={"published_version": current.published_version},
+    )
+    return AgentRow.from_row(row)
+
+
+async def delete_agent(
+    conn: Connection, ws: Workspace, actor: str, slug: str, expected_revision: int | None
+) -> None:
+    """Delete the agent; its API keys go with it (ON DELETE CASCADE)."""
+    current = await _lock_agent(conn, ws, slug)
+    if expected_revision is not None:
+        check_revision(expected_revision, current.revision, f"agent {slug!r}")
+    cur = await conn.execute(
+        "SELECT count(*) AS keys FROM api_keys WHERE agent_id = %s", (current.id,)
+    )
+    keys = await cur.fetchone()
+    assert keys is not None
+    await conn.execute("DELETE FROM agents WHERE id = %s", (current.id,))
+    await bump_catalog(conn)
+    await record(
+        conn,
+        workspace_id=ws.id,
+        actor=actor,
+        action="agent.delete",
+        resource_type="agent",
+        resource_name=slug,
+        details={"was_published": current.published is not None, "keys_deleted": keys["keys"]},
+    )

@@ -1,0 +1,246 @@
+"""``crank apply``: bring a workspace to what an operation file says, or say why not.
+
+1. **Check** (no database writes): every operation and agent is validated,
+   names are unique within the file, and every operation an agent binds is in
+   the file or already in the workspace. Any error stops here; the plan lists
+   them with paths into the file (``operations[2].request.url``).
+2. **Lock**: a transaction-scoped advisory lock per workspace serializes
+   concurrent applies (rows that do not exist yet cannot be locked), and the
+   existing rows the file names are locked ``FOR UPDATE`` in id order, so an
+   editor in the UI waits for the apply instead of interleaving with it.
+3. **Write**, operations first, then agents, each through its service, which
+   decides what changed by structural equality of the ``spec_to_builtins``
+   forms and writes nothing when nothing changed. The plan reports what the
+   services did (a revision that moved is an update, a publish result that
+   changed made a version), so it cannot disagree with them.
+
+All of 3 runs in a savepoint. A dry run always rolls it back, so it reports
+exactly what a real apply would (version numbers and publish warnings
+included) and leaves nothing behind: no rows, no audit entries, no catalog
+bump, no notification (Postgres drops the NOTIFYs of an aborted
+subtransaction). A service refusing a write (a publish whose secret does not
+exist, say) rolls the savepoint back too and the plan carries its errors, so
+an apply either happens whole or not at all.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+import msgspec
+
+from control_plane.auth import Workspace
+from control_plane.errors import ApiError
+from control_plane.services import agents, operations
+from shared.db import Connection
+from shared.spec import AgentSpec, CrankFile, OperationSpec
+from shared.spec_validation import FieldError, validate_agent, validate_operation
+
+Kind = Literal["operation", "agent"]
+Action = Literal["create", "update", "unchanged"]
+
+
+class PlanWarning(msgspec.Struct, kw_only=True, frozen=True):
+    code: str
+    message: str
+
+
+class PlanItem(msgspec.Struct, kw_only=True):
+    kind: Kind
+    name: str
+    action: Action
+    publish: bool = False  # True: this apply published it (a new version)
+    version: int | None = None  # the latest published version after the apply
+    warnings: list[PlanWarning] = msgspec.field(default_factory=list)
+
+
+class ApplyPlan(msgspec.Struct, kw_only=True):
+    workspace: str
+    dry_run: bool
+    changed: bool = False
+    items: list[PlanItem] = msgspec.field(default_factory=list)
+    errors: list[FieldError] = msgspec.field(default_factory=list)
+
+
+class _Rejected(Exception):
+    """A service refused a write; raised inside the savepoint to roll it back."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        super().__init__("apply rejected")
+        self.errors = errors
+
+
+# One lock namespace per workspace: hashtextextended gives the bigint key.
+_LOCK_WORKSPACE: Final = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+_LOCK_OPERATIONS: Final = """SELECT name FROM operations WHERE workspace_id = %s AND name = ANY(%s)
+                              ORDER BY id FOR UPDATE"""
+# Operations bound but not in the file must not vanish (discard of a never
+# published draft deletes it) between the check and the agent write.
+_SHARE_OPERATIONS: Final = """SELECT name FROM operations WHERE workspace_id = %s AND name = ANY(%s)
+                               ORDER BY id FOR KEY SHARE"""
+_LOCK_AGENTS: Final = """SELECT slug FROM agents WHERE workspace_id = %s AND slug = ANY(%s)
+                          ORDER BY id FOR UPDATE"""
+
+
+def _at(prefix: str, error: FieldError) -> FieldError:
+    return FieldError(f"{prefix}.{error.field}" if error.field else prefix, error.message)
+
+
+def _duplicates(kind: str, names: list[str], field: str) -> list[FieldError]:
+    first: dict[str, int] = {}
+    errors: list[FieldError] = []
+    for index, name in enumerate(names):
+        if name in first:
+            errors.append(
+                FieldError(
+                    f"{kind}[{index}].{field}",
+                    f"{name!r} is defined twice in the file (first at {kind}[{first[name]}])",
+                )
+            )
+        else:
+            first[name] = index
+    return errors
+
+
+def check_file(file: CrankFile) -> list[FieldError]:
+    """Every problem the file has on its own, without looking at the workspace."""
+    errors: list[FieldError] = []
+    for index, operation in enumerate(file.operations):
+        errors += [_at(f"operations[{index}]", e) for e in validate_operation(operation)]
+    errors += _duplicates("operations", [op.name for op in file.operations], "name")
+    for index, agent in enumerate(file.agents):
+        errors += [_at(f"agents[{index}]", e) for e in validate_agent(agent)]
+    errors += _duplicates("agents", [agent.slug for agent in file.agents], "slug")
+    return errors
+
+
+def _unresolved_bindings(file: CrankFile, existing: set[str]) -> list[FieldError]:
+    known = existing | {op.name for op in file.operations}
+    errors = []
+    for index, agent in enumerate(file.agents):
+        for position, name in enumerate(agent.operations):
+            if name not in known:
+                errors.append(
+                    FieldError(
+                        f"agents[{index}].operations[{position}]",
+                        f"no operation named {name!r} in the file or the workspace",
+                    )
+                )
+    return errors
+
+
+async def _names(conn: Connection, query: str, ws: Workspace, names: list[str]) -> set[str]:
+    if not names:
+        return set()
+    cur = await conn.execute(query, (ws.id, names))
+    return {next(iter(row.values())) for row in await cur.fetchall()}
+
+
+async def _lock(conn: Connection, ws: Workspace, file: CrankFile) -> set[str]:
+    """Take the locks; return the names of operations the workspace already has."""
+    await conn.execute(_LOCK_WORKSPACE, (f"crank.apply:{ws.id}",))
+    in_file = [op.name for op in file.operations]
+    existing = await _names(conn, _LOCK_OPERATIONS, ws, in_file)
+    bound_only = sorted({name for a in file.agents for name in a.operations} - set(in_file))
+    existing |= await _names(conn, _SHARE_OPERATIONS, ws, bound_only)
+    await _names(conn, _LOCK_AGENTS, ws, [agent.slug for agent in file.agents])
+    return existing
+
+
+def _refusal(prefix: str, exc: ApiError) -> list[FieldError]:
+    if exc.errors:
+        return [_at(prefix, error) for error in exc.errors]
+    return [FieldError(prefix, exc.message)]
+
+
+async def _apply_operation(
+    conn: Connection, ws: Workspace, actor: str, spec: OperationSpec, *, publish: bool
+) -> PlanItem:
+    row = await operations.get_operation(conn, ws.id, spec.name)
+    action: Action
+    if row is None:
+        row = await operations.create_operation(conn, ws, actor, spec)
+        action = "create"
+    else:
+        before = row.revision
+        row = await operations.update_operation_draft(conn, ws, actor, spec.name, spec, before)
+        action = "update" if row.revision != before else "unchanged"
+    item = PlanItem(kind="operation", name=spec.name, action=action, version=row.latest_version)
+    if publish:
+        result = await operations.publish_operation(conn, ws, actor, spec.name, row.revision)
+        item.publish, item.version = result.changed, result.version
+    return item
+
+
+async def _apply_agent(
+    conn: Connection, ws: Workspace, actor: str, spec: AgentSpec, *, publish: bool
+) -> PlanItem:
+    row = await agents.get_agent(conn, ws.id, spec.slug)
+    action: Action
+    if row is None:
+        row = await agents.create_agent(conn, ws, actor, spec)
+        action = "create"
+    else:
+        before = row.revision
+        row = await agents.update_agent_draft(conn, ws, actor, spec.slug, spec, before)
+        action = "update" if row.revision != before else "unchanged"
+    item = PlanItem(kind="agent", name=spec.slug, action=action)
+    if publish:
+        # A no-op when the published state already equals the draft; the catalog
+        # resolves bound operations to their latest versions by itself, so an
+        # operation published above reaches the agent without a new agent version.
+        result = await agents.publish_agent(conn, ws, actor, spec.slug, row.revision)
+        row = result.agent
+        item.publish = result.changed
+        item.warnings = [PlanWarning(code=w.code, message=w.message) for w in result.warnings]
+    item.version = row.published_version if row.published is not None else None
+    return item
+
+
+async def _write(
+    conn: Connection, ws: Workspace, actor: str, file: CrankFile, *, publish: bool
+) -> list[PlanItem]:
+    items: list[PlanItem] = []
+    for index, operation in enumerate(file.operations):
+        try:
+            items.append(await _apply_operation(conn, ws, actor, operation, publish=publish))
+        except ApiError as exc:
+            raise _Rejected(_refusal(f"operations[{index}]", exc)) from None
+    for index, agent in enumerate(file.agents):
+        try:
+            items.append(await _apply_agent(conn, ws, actor, agent, publish=publish))
+        except ApiError as exc:
+            raise _Rejected(_refusal(f"agents[{index}]", exc)) from None
+    return items
+
+
+async def apply_file(
+    conn: Connection,
+    ws: Workspace,
+    actor: str,
+    file: CrankFile,
+    *,
+    publish: bool,
+    dry_run: bool,
+) -> ApplyPlan:
+    """Apply ``file`` to ``ws`` inside the caller's transaction and report the plan.
+
+    With errors in the plan nothing was written. The caller commits; locks are
+    held until then, so concurrent applies to one workspace run one at a time.
+    """
+    plan = ApplyPlan(workspace=ws.slug, dry_run=dry_run)
+    plan.errors = check_file(file)
+    if plan.errors:
+        return plan
+    existing = await _lock(conn, ws, file)
+    plan.errors = _unresolved_bindings(file, existing)
+    if plan.errors:
+        return plan
+    try:
+        async with conn.transaction(force_rollback=dry_run):
+            plan.items = await _write(conn, ws, actor, file, publish=publish)
+    except _Rejected as exc:
+        plan.errors = exc.errors
+        return plan
+    plan.changed = any(item.action != "unchanged" or item.publish for item in plan.items)
+    return plan

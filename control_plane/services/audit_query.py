@@ -1,0 +1,73 @@
+"""Reading the audit log: newest first, keyset pagination on ``id``.
+
+The cursor is opaque to clients (base64url of the last id returned); a page
+that ends the log has ``next_cursor = null``. Keyset paging stays correct while
+new entries arrive: they have larger ids and never shift a later page.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from control_plane.errors import ValidationFailed
+from shared.db import Connection
+from shared.spec_validation import FieldError
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 200
+_CURSOR_PREFIX = "a:"
+
+
+class AuditEntry(msgspec.Struct, kw_only=True):
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    resource_type: str
+    resource_name: str
+    details: dict[str, Any]
+
+
+class AuditPage(msgspec.Struct, kw_only=True):
+    items: list[AuditEntry]
+    next_cursor: str | None
+
+
+def encode_cursor(last_id: int) -> str:
+    return base64.urlsafe_b64encode(f"{_CURSOR_PREFIX}{last_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        text = ""
+    number = text.removeprefix(_CURSOR_PREFIX)
+    if not text.startswith(_CURSOR_PREFIX) or not number.isdecimal():
+        raise ValidationFailed([FieldError("cursor", "not a cursor this API returned")])
+    return int(number)
+
+
+async def list_audit(
+    conn: Connection, workspace_id: int, *, limit: int = DEFAULT_LIMIT, cursor: str | None = None
+) -> AuditPage:
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ValidationFailed([FieldError("limit", f"must be between 1 and {MAX_LIMIT}")])
+    before = decode_cursor(cursor) if cursor else None
+    cur = await conn.execute(
+        """SELECT id, at, actor, action, resource_type, resource_name, details
+             FROM audit_log
+            WHERE workspace_id = %(ws)s AND (%(before)s::bigint IS NULL OR id < %(before)s)
+            ORDER BY id DESC
+            LIMIT %(limit)s""",
+        {"ws": workspace_id, "before": before, "limit": limit + 1},
+    )
+    rows = await cur.fetchall()
+    items = [AuditEntry(**row) for row in rows[:limit]]
+    next_cursor = encode_cursor(items[-1].id) if len(rows) > limit else None
+    return AuditPage(items=items, next_cursor=next_cursor)

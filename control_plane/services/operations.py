@@ -1,0 +1,474 @@
+"""Operations: one editable draft and immutable published versions 1, 2, ...
+
+The draft and every version are stored as jsonb in the form
+``spec_to_builtins`` gives (every field present), so "unchanged" is plain
+structural equality, in Python and in SQL alike.
+
+Writes lock the operation row (``FOR UPDATE``) for the rest of the
+transaction, so two concurrent publishes cannot both make version N+1; the
+``(operation_id, version)`` primary key is the backstop. ``revision`` counts
+changes of the draft: a publish leaves it alone (the draft did not change),
+a rollback or a discard that rewrites the draft bumps it. A write that would
+change nothing (the same draft again, a publish of what is already the latest
+version) changes nothing: no revision, no version, no audit row — so a second
+``crank apply`` is a no-op.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any, Final, Literal
+
+import msgspec
+from psycopg import errors as pg_errors
+from psycopg.types.json import Jsonb
+
+from control_plane.auth import Workspace
+from control_plane.errors import Conflict, NotFound, ValidationFailed
+from control_plane.etag import check_revision
+from control_plane.services.audit import record
+from control_plane.services.catalog import bump_catalog
+from shared.db import Connection
+from shared.spec import OperationSpec, operation_from_builtins, spec_to_builtins
+from shared.spec_validation import FieldError, validate_operation
+
+
+class OperationRow(msgspec.Struct, kw_only=True):
+    id: int
+    name: str
+    draft: dict[str, Any]
+    revision: int
+    latest_version: int | None
+    latest_spec: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def draft_changed(self) -> bool:
+        """True when publishing now would make a new version."""
+        return self.draft != self.latest_spec
+
+
+class OperationSummary(msgspec.Struct, kw_only=True):
+    name: str
+    title: str | None
+    revision: int
+    latest_version: int | None
+    draft_changed: bool
+    updated_at: datetime
+
+
+class PublishResult(msgspec.Struct, kw_only=True):
+    name: str
+    version: int  # the latest version after the call
+    changed: bool  # False: the draft already was the latest version, nothing was made
+    revision: int  # the draft's revision after the call
+
+
+class DiscardResult(msgspec.Struct, kw_only=True):
+    name: str
+    deleted: bool  # True: never published, so the whole operation is gone
+    revision: int | None  # the draft's revision after the reset; None when deleted
+    latest_version: int | None
+
+
+class VersionInfo(msgspec.Struct, kw_only=True):
+    version: int
+    published_at: datetime
+    published_by: str
+
+
+class VersionRow(msgspec.Struct, kw_only=True):
+    version: int
+    spec: dict[str, Any]
+    published_at: datetime
+    published_by: str
+
+
+class Change(msgspec.Struct, kw_only=True):
+    path: str  # "" is the whole spec; else "request.url", "input.required[1]", 'headers["a.b"]'
+    kind: Literal["added", "removed", "changed"]
+    before: Any
+    after: Any
+
+
+class Diff(msgspec.Struct, kw_only=True):
+    name: str
+    latest_version: int | None  # what the draft is compared with; None: nothing published yet
+    revision: int
+    changes: list[Change]
+
+
+_SELECT: Final = """
+    SELECT o.id, o.name, o.draft, o.revision, o.latest_version, v.spec AS latest_spec,
+           o.created_at, o.updated_at
+      FROM operations o
+      LEFT JOIN operation_versions v ON v.operation_id = o.id AND v.version = o.latest_version
+     WHERE o.workspace_id = %s AND o.name = %s"""
+
+
+def _row(values: dict[str, Any]) -> OperationRow:
+    return OperationRow(**values)
+
+
+async def get_operation(conn: Connection, workspace_id: int, name: str) -> OperationRow | None:
+    cur = await conn.execute(_SELECT, (workspace_id, name))
+    values = await cur.fetchone()
+    return None if values is None else _row(values)
+
+
+async def lock_operation(conn: Connection, ws: Workspace, name: str) -> OperationRow:
+    """The operation, locked until the transaction ends; 404 if there is none.
+
+    Two statements on purpose: after waiting for the lock, READ COMMITTED
+    re-reads the locked row but not rows joined to it, so a one-statement
+    ``... LEFT JOIN operation_versions ... FOR UPDATE`` would pair a concurrent
+    publisher's new ``latest_version`` with no spec. The second statement takes
+    a fresh snapshot that sees everything the lock holder committed.
+    """
+    cur = await conn.execute(
+        "SELECT id FROM operations WHERE workspace_id = %s AND name = %s FOR UPDATE",
+        (ws.id, name),
+    )
+    if await cur.fetchone() is None:
+        raise NotFound(f"operation {name!r} not found in workspace {ws.slug!r}")
+    row = await get_operation(conn, ws.id, name)
+    assert row is not None  # locked: nobody can delete it now
+    return row
+
+
+async def require_operation(conn: Connection, ws: Workspace, name: str) -> OperationRow:
+    row = await get_operation(conn, ws.id, name)
+    if row is None:
+        raise NotFound(f"operation {name!r} not found in workspace {ws.slug!r}")
+    return row
+
+
+def _check_revision(row: OperationRow, expected: int | None) -> None:
+    if expected is not None:
+        check_revision(expected, row.revision, f"operation {row.name!r}")
+
+
+async def list_operations(
+    conn: Connection, workspace_id: int, *, after: str | None = None, limit: int = 100
+) -> tuple[list[OperationSummary], str | None]:
+    """One page ordered by name, and the cursor of the next page (None at the end)."""
+    cur = await conn.execute(
+        """SELECT o.name, o.draft ->> 'title' AS title, o.revision, o.latest_version,
+                  o.draft IS DISTINCT FROM v.spec AS draft_changed, o.updated_at
+             FROM operations o
+             LEFT JOIN operation_versions v
+                    ON v.operation_id = o.id AND v.version = o.latest_version
+            WHERE o.workspace_id = %s AND (%s::text IS NULL OR o.name > %s)
+            ORDER BY o.name
+            LIMIT %s""",
+        (workspace_id, after, after, limit + 1),
+    )
+    rows = await cur.fetchall()
+    items = [OperationSummary(**values) for values in rows[:limit]]
+    next_cursor = items[-1].name if len(rows) > limit else None
+    return items, next_cursor
+
+
+def _validate(spec: OperationSpec) -> None:
+    errors = validate_operation(spec)
+    if errors:
+        raise ValidationFailed(errors)
+
+
+async def create_operation(
+    conn: Connection, ws: Workspace, actor: str, spec: OperationSpec
+) -> OperationRow:
+    _validate(spec)
+    try:
+        async with conn.transaction():  # a savepoint: the caller's transaction stays usable
+            await conn.execute(
+                "INSERT INTO operations (workspace_id, name, draft) VALUES (%s, %s, %s)",
+                (ws.id, spec.name, Jsonb(spec_to_builtins(spec))),
+            )
+    except pg_errors.UniqueViolation:
+        raise Conflict(
+            f"operation {spec.name!r} already exists in workspace {ws.slug!r}",
+            code="already_exists",
+        ) from None
+    await record(
+        conn,
+        workspace_id=ws.id,
+        actor=actor,
+        action="operation.create",
+        resource_type="operation",
+        resource_name=spec.name,
+        details={"revision": 1},
+    )
+    row = await get_operation(conn, ws.id, spec.name)
+    assert row is not None
+    return row
+
+
+async def _set_draft(conn: Connection, row: OperationRow, draft: dict[str, Any]) -> OperationRow:
+    cur = await conn.execute(
+        """UPDATE operations SET draft = %s, revision = revision + 1, updated_at = now()
+            WHERE id = %s RETURNING revision, updated_at""",
+        (Jsonb(draft), row.id),
+    )
+    values = await cur.fetchone()
+    assert values is not None
+    return msgspec.structs.replace(row, draft=draft, **values)
+
+
+async def update_operation_draft(
+    conn: Connection,
+    ws: Workspace,
+    actor: str,
+    name: str,
+    spec: OperationSpec,
+    expected_revision: int | None,
+) -> OperationRow:
+    """Replace the draft. ``expected_revision`` None: the caller already holds the lock."""
+    if spec.name != name:
+        raise ValidationFailed(
+            [FieldError("name", f"the body names {spec.name!r} but the URL names {name!r}")]
+        )
+    row = await lock_operation(conn, ws, name)
+    _check_revision(row, expected_revision)
+    _validate(spec)
+    draft = spec_to_builtins(spec)
+    if draft == row.draft:
+        return row
+    row = await _set_draft(conn, row, draft)
+    await record(
+        conn,
+        workspace_id=ws.id,
+        actor=actor,
+        action="operation.update",
+        resource_type="operation",
+        resource_name=name,
+        details={"revision": row.revision},
+    )
+    return row
+
+
+async def discard_draft(
+    conn: Connection, ws: Workspace, actor: str, name: str, expected_revision: int | None
+) -> DiscardResult:
+    """Reset the draft to the latest version; an operation never published is deleted."""
+    row = await lock_operation(conn, ws, name)
+    _check_revision(row, expected_revision)
+    if row.latest_spec is None:
+        await conn.execute("DELETE FROM operations WHERE id = %s", (row.id,))
+        result = DiscardResult(name=name, deleted=True, revision=None, latest_version=None)
+    elif row.draft_changed:
+        row = await _set_draft(conn, row, row.latest_spec)
+        result = DiscardResult(
+            name=name, deleted=False, revision=row.revision, latest_version=row.latest_version
+        )
+    else:  # the draft already is the latest version: nothing to discard
+        return DiscardResult(
+            name=name, deleted=False, revision=row.revision, latest_version=row.latest_version
+        )
+    await record(
+        conn,
+        workspace_id=ws.id,
+        actor=actor,
+        action="operation.discard_draft",
+        resource_type="operation",
+        resource_name=name,
+        details={"deleted": result.deleted, "latest_version": result.latest_version},
+    )
+    return result
+
+
+async def _check_publishable(conn: Connection, ws: Workspace, spec_value: dict[str, Any]) -> None:
+    """What every publish checks again: the spec is valid and its secrets exist."""
+    try:
+        spec = operation_from_builtins(spec_value)
+    except msgspec.ValidationError as exc:  # stored before a format change
+        raise ValidationFailed([FieldError("", str(exc))]) from None
+    errors = validate_operation(spec)
+    auth = spec.request.auth
+    if auth is not None:
+        cur = await conn.execute(
+            "SELECT 1 FROM secrets WHERE workspace_id = %s AND name = %s", (ws.id, auth.secret)
+        )
+        if await cur.fetchone() is None:
+            errors.append(
+                FieldError(
+                    "request.auth.secret",
+                    f"secret {auth.secret!r} does not exist in workspace {ws.slug!r}; "
+                    "set it first (crank secrets set)",
+                )
+            )
+    if errors:
+        raise ValidationFailed(errors)
+
+
+async def _new_version(
+    conn: Connection, ws: Workspace, actor: str, row: OperationRow, spec: dict[str, Any]
+) -> int:
+    """Insert version latest+1 of the locked ``row`` and point the operation at it."""
+    version = (row.latest_version or 0) + 1
+    try:
+        async with conn.transaction():
+            await conn.execute(
+                """INSERT INTO operation_versions (operation_id, version, spec, published_by)
+                   VALUES (%s, %s, %s, %s)""",
+                (row.id, version, Jsonb(spec), actor),
+            )
+    except pg_errors.UniqueViolation:  # only without the row lock; kept as the backstop
+        raise Conflict(
+            f"version {version} of operation {row.name!r} was published concurrently; retry",
+            code="stale_revision",
+        ) from None
+    await conn.execute(
+        "UPDATE operations SET latest_version = %s, updated_at = now() WHERE id = %s",
+        (version, row.id),
+    )
+    # Simplest correct rule: any agent bound to this operation may serve it now.
+    await bump_catalog(conn)
+    return version
+
+
+async def publish_operation(
+    conn: Connection, ws: Workspace, actor: str, name: str, expected_revision: int | None
+) -> PublishResult:
+    """Publish the draft as version latest+1; no version when it is the latest already."""
+    row = await lock_operation(conn, ws, name)
+    _check_revision(row, expected_revision)
+    if not row.draft_changed:
+        assert row.latest_version is not None
+        return PublishResult(
+            name=name, version=row.latest_version, changed=False, revision=row.revision
+        )
+    await _check_publishable(conn, ws, row.draft)
+    version = await _new_version(conn, ws, actor, row, row.draft)
+    await record(
+        conn,
+        workspace_id=ws.id,
+        actor=actor,
+        action="operation.publish",
+        resource_type="operation",
+        resource_name=name,
+        details={"version": version, "revision": row.revision},
+    )
+    return PublishResult(name=name, version=version, changed=True, revision=row.revision)
+
+
+async def rollback_operation(
+    conn: Connection,
+    ws: Workspace,
+    actor: str,
+    name: str,
+    version: int,
+    expected_revision: int | None,
+) -> PublishResult:
+    """Publish an earlier version's spec as a new version and make it the draft too."""
+    row = await lock_operation(conn, ws, name)
+    _check_revision(row, expected_revision)
+    target = await get_version(conn, ws, name, version)
+    republish = target.spec != row.latest_spec
+    if republish:
+        await _check_publishable(conn, ws, target.spec)
+    elif target.spec == row.draft:  # already the latest version and the draft
+        assert row.latest_version is not None
+        return PublishResult(
+            name=name, version=row.latest_version, changed=False, revision=row.revision
+        )
+    if target.spec != row.draft:
+        row = await _set_draft(conn, row, target.spec)
+    if republish:
+        latest = await _new_version(conn, ws, actor, row, target.spec)
+    else:  # the draft is reset to the latest version, which already has this spec
+        assert row.latest_version is not None
+        latest = row.latest_version
+    await record(
+        conn,
+        workspace_id=ws.id,
+        actor=actor,
+        action="operation.rollback",
+        resource_type="operation",
+        resource_name=name,
+        details={"from_version": version, "version": latest, "revision": row.revision},
+    )
+    return PublishResult(name=name, version=latest, changed=republish, revision=row.revision)
+
+
+async def list_versions(conn: Connection, ws: Workspace, name: str) -> list[VersionInfo]:
+    """Newest first."""
+    row = await require_operation(conn, ws, name)
+    cur = await conn.execute(
+        """SELECT version, published_at, published_by FROM operation_versions
+            WHERE operation_id = %s ORDER BY version DESC""",
+        (row.id,),
+    )
+    return [VersionInfo(**values) for values in await cur.fetchall()]
+
+
+async def get_version(conn: Connection, ws: Workspace, name: str, version: int) -> VersionRow:
+    cur = await conn.execute(
+        """SELECT v.version, v.spec, v.published_at, v.published_by
+             FROM operation_versions v JOIN operations o ON o.id = v.operation_id
+            WHERE o.workspace_id = %s AND o.name = %s AND v.version = %s""",
+        (ws.id, name, version),
+    )
+    values = await cur.fetchone()
+    if values is None:
+        await require_operation(conn, ws, name)  # say which of the two is missing
+        raise NotFound(f"operation {name!r} has no version {version}")
+    return VersionRow(**values)
+
+
+async def diff_operation(conn: Connection, ws: Workspace, name: str) -> Diff:
+    """The draft against the latest published version."""
+    row = await require_operation(conn, ws, name)
+    return Diff(
+        name=name,
+        latest_version=row.latest_version,
+        revision=row.revision,
+        changes=diff_values(row.latest_spec, row.draft),
+    )
+
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$-]*$")
+
+
+def _child_path(path: str, key: str) -> str:
+    if _PLAIN_KEY.match(key):
+        return f"{path}.{key}" if path else key
+    return f"{path}[{msgspec.json.encode(key).decode()}]"
+
+
+def diff_values(before: Any, after: Any, path: str = "") -> list[Change]:
+    """The changes that turn one JSON value into another, in document order.
+
+    Objects are compared key by key and arrays index by index; anything else
+    (including a change of type) is one change at its path. A key missing on
+    one side is ``added``/``removed`` with None on that side.
+    """
+    if isinstance(before, dict) and isinstance(after, dict):
+        changes: list[Change] = []
+        for key in [*before, *(k for k in after if k not in before)]:
+            child = _child_path(path, key)
+            if key not in after:
+                changes.append(Change(path=child, kind="removed", before=before[key], after=None))
+            elif key not in before:
+                changes.append(Change(path=child, kind="added", before=None, after=after[key]))
+            else:
+                changes += diff_values(before[key], after[key], child)
+        return changes
+    if isinstance(before, list) and isinstance(after, list):
+        changes = []
+        for index in range(max(len(before), len(after))):
+            child = f"{path}[{index}]"
+            if index >= len(after):
+                changes.append(Change(path=child, kind="removed", before=before[index], after=None))
+            elif index >= len(before):
+                changes.append(Change(path=child, kind="added", before=None, after=after[index]))
+            else:
+                changes += diff_values(before[index], after[index], child)
+        return changes
+    if before == after and type(before) is type(after):
+        return []
+    if before is None and path == "":
+        return [Change(path="", kind="added", before=None, after=after)]
+    return [Change(path=path, kind="changed", before=before, after=after)]
