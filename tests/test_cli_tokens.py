@@ -120,3 +120,22 @@ async def test_tokens_create_refuses_mismatched_role_and_workspace(database_url:
 
     assert (admin_in_workspace.code, admin_in_workspace.stdout) == (2, "")
     assert (editor_nowhere.code, editor_nowhere.stdout) == (2, "")
+
+
+async def test_tokens_list_shows_prefixes_and_revoke_stops_the_token(
+    database_url: str, client: Client
+) -> None:
+    env = crank_env(database_url)
+    token = (await crank("tokens", "create", "--role", "admin", env=env)).stdout.strip()
+    prefix = token[: len("crk_admin_") + 8]
+
+    listed = await crank("tokens", "list", env=env)
+    assert listed.code == 0, listed.stderr
+    assert prefix in listed.stdout
+    assert token not in listed.stdout
+
+    revoked = await crank("tokens", "revoke", prefix, env=env)
+    assert revoked.code == 0, revoked.stderr
+    assert (await client.get("/api/v1/me", headers=auth(token))).status_code == 401
+    again = await crank("tokens", "revoke", prefix, env=env)
+    assert again.code == 2

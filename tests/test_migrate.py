@@ -31,3 +31,17 @@ async def test_migrate_twice_applies_nothing_the_second_time(empty_database_url:
 def test_migration_files_are_numbered_without_gaps() -> None:
     versions = [m.version for m in available_migrations()]
     assert versions == list(range(1, len(versions) + 1))
+
+
+async def test_two_concurrent_crank_migrate_processes_both_succeed(
+    empty_database_url: str,
+) -> None:
+    from tests.test_cli_tokens import crank, crank_env
+
+    env = crank_env(empty_database_url)
+    first, second = await asyncio.gather(crank("migrate", env=env), crank("migrate", env=env))
+
+    assert (first.code, second.code) == (0, 0), (first.stderr, second.stderr)
+    outputs = sorted([first.stdout, second.stdout])
+    assert "nothing to apply" in outputs[1]
+    assert "applied 0001_core" in outputs[0]

@@ -64,3 +64,13 @@ async def test_token_keeps_working_after_secret_key_rotation_and_is_rehashed(
         # Re-hashed under the new secret on first use, so the old one is no longer needed.
         assert (await new_client.get("/api/v1/me", headers=auth(admin_token))).status_code == 200
     assert KeyHasher(new_key).hash(admin_token) != KeyHasher(TEST_SECRET_KEY).hash(admin_token)
+
+
+async def test_body_over_the_size_limit_is_413_and_changes_nothing(
+    client: Client, admin_token: str
+) -> None:
+    huge = {"slug": "big", "title": "x" * 2_000_000}
+    response = await client.post("/api/v1/workspaces", json=huge, headers=auth(admin_token))
+    assert (response.status_code, response.json()["code"]) == (413, "body_too_large")
+    listed = await client.get("/api/v1/workspaces", headers=auth(admin_token))
+    assert listed.json()["items"] == []

@@ -33,7 +33,7 @@ def require_database_url(settings: Settings) -> str:
 def key_hasher(settings: Settings) -> KeyHasher:
     """The hasher of keys and tokens, from ``CRANK_SECRET_KEY``."""
     try:
-        return KeyHasher(settings.require_secret_key())
+        return KeyHasher(settings.require_secret_key(), settings.secret_key_previous)
     except (SettingsError, ValueError) as exc:
         raise CliError(str(exc)) from None
 

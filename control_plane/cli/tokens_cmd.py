@@ -1,4 +1,4 @@
-"""``crank tokens create``: an admin token, straight against the database.
+"""``crank tokens create|list|revoke``: admin tokens, straight against the database.
 
 This is how the first token of a deployment comes to exist (the API needs a
 token to create one), so it works from ``CRANK_DATABASE_URL`` and
@@ -13,7 +13,13 @@ import argparse
 import asyncio
 
 from control_plane.cli.common import CliError, cli_settings, key_hasher, require_database_url
-from control_plane.services.tokens import IssuedToken, UnknownWorkspace, create_admin_token
+from control_plane.services.tokens import (
+    IssuedToken,
+    UnknownWorkspace,
+    create_admin_token,
+    list_admin_tokens,
+    revoke_admin_token,
+)
 from shared.crypto import KeyHasher
 from shared.db import connect
 
@@ -50,6 +56,33 @@ def create(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _list(database_url: str) -> int:
+    async with await connect(database_url) as conn:
+        tokens = await list_admin_tokens(conn)
+    for token in tokens:
+        state = "revoked" if token.revoked else f"last used {token.last_used_at or 'never'}"
+        print(f"{token.prefix}  {token.role:<24} {token.name:<24} {token.created_at}  {state}")
+    return 0
+
+
+async def _revoke(database_url: str, prefix: str) -> int:
+    async with await connect(database_url) as conn:
+        revoked = await revoke_admin_token(conn, prefix)
+        await conn.commit()
+    if not revoked:
+        raise CliError(f"no active admin token has the prefix {prefix!r} (crank tokens list)")
+    print(f"revoked {prefix}")
+    return 0
+
+
+def list_tokens(_args: argparse.Namespace) -> int:
+    return asyncio.run(_list(require_database_url(cli_settings())))
+
+
+def revoke(args: argparse.Namespace) -> int:
+    return asyncio.run(_revoke(require_database_url(cli_settings()), args.prefix))
+
+
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tokens = subparsers.add_parser("tokens", help="admin tokens (straight against the database)")
     actions = tokens.add_subparsers(dest="tokens_command", required=True, metavar="ACTION")
@@ -66,3 +99,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--workspace", metavar="W", help="workspace slug (workspace roles only)")
     parser.add_argument("--name", metavar="N", help="who or what holds the token (audit log)")
     parser.set_defaults(func=create)
+
+    listing = actions.add_parser(
+        "list",
+        help="list admin tokens by prefix (never the token)",
+        description="List admin tokens.",
+    )
+    listing.set_defaults(func=list_tokens)
+    revoking = actions.add_parser(
+        "revoke",
+        help="revoke an admin token by its prefix",
+        description="Revoke the admin token with PREFIX (as crank tokens list shows it).",
+    )
+    revoking.add_argument("prefix", metavar="PREFIX")
+    revoking.set_defaults(func=revoke)

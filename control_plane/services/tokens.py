@@ -80,3 +80,56 @@ async def token_is_valid(conn: Connection, hasher: KeyHasher, token: str) -> boo
         (hasher.candidates(token),),
     )
     return await cur.fetchone() is not None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenListing:
+    prefix: str
+    name: str
+    role: str  # "admin" or "<role>@<workspace>", comma-separated when several
+    created_at: str
+    last_used_at: str | None
+    revoked: bool
+
+
+async def list_admin_tokens(conn: Connection) -> list[TokenListing]:
+    cur = await conn.execute(
+        """SELECT t.prefix, t.name, t.created_at, t.last_used_at, t.revoked_at IS NOT NULL AS revoked,
+                  CASE WHEN u.is_instance_admin THEN 'admin' ELSE coalesce(
+                      (SELECT string_agg(m.role || '@' || w.slug, ',' ORDER BY w.slug)
+                         FROM workspace_members m JOIN workspaces w ON w.id = m.workspace_id
+                        WHERE m.user_id = u.id), '') END AS role
+             FROM admin_tokens t JOIN admin_users u ON u.id = t.user_id
+            ORDER BY t.id"""
+    )
+    return [
+        TokenListing(
+            prefix=row["prefix"],
+            name=row["name"],
+            role=row["role"],
+            created_at=row["created_at"].isoformat(timespec="seconds"),
+            last_used_at=row["last_used_at"] and row["last_used_at"].isoformat(timespec="seconds"),
+            revoked=row["revoked"],
+        )
+        for row in await cur.fetchall()
+    ]
+
+
+async def revoke_admin_token(conn: Connection, prefix: str) -> int:
+    """Revoke the tokens listed under ``prefix``; how many were still active."""
+    cur = await conn.execute(
+        "UPDATE admin_tokens SET revoked_at = now() WHERE prefix = %s AND revoked_at IS NULL "
+        "RETURNING id",
+        (prefix,),
+    )
+    revoked = len(await cur.fetchall())
+    if revoked:
+        await record(
+            conn,
+            workspace_id=None,
+            actor="cli",
+            action="token.revoke",
+            resource_type="admin_token",
+            resource_name=prefix,
+        )
+    return revoked
