@@ -30,13 +30,13 @@ async def connect(conninfo: str, *, autocommit: bool = False) -> Connection:
 
 
 async def open_pool(
-    conninfo: str, *, max_size: int = 10, name: str = "crank"
+    conninfo: str, *, max_size: int = 10, name: str = "crank", autocommit: bool = False
 ) -> AsyncConnectionPool[Connection]:
     pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
         conninfo,
         min_size=1,
         max_size=max_size,
-        kwargs={"row_factory": dict_row},
+        kwargs={"row_factory": dict_row, "autocommit": autocommit},
         connection_class=psycopg.AsyncConnection,
         name=name,
         open=False,

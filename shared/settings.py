@@ -22,6 +22,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     gateway_port: int = 8080
     metrics_port: int = 9090
     mcp_refresh_ms: int = 5000
+    mcp_session_ttl_s: int = 86400
+    mcp_listen: bool = True  # LISTEN for publishes; false behind a transaction-pooling PgBouncer
     allow_private_upstreams: bool = False
     upstream_allowlist: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()

@@ -115,6 +115,7 @@ class CrankUp:
             "CRANK_CONTROL_PLANE_PORT": str(ports["control_plane"]),
             "CRANK_GATEWAY_PORT": str(ports["gateway"]),
             "CRANK_DEMO_SALES_PORT": str(ports["sales"]),
+            "CRANK_METRICS_PORT": str(ports.get("metrics", free_port())),
             **(extra_env or {}),
         }
         self.stderr_path = data_dir.parent / f"{data_dir.name}-stderr.log"
@@ -221,6 +222,26 @@ def check_stopped(crank_up: CrankUp, children: set[int], postmaster_pid: int) ->
 
 
 @pytest.mark.timeout(240)
+def check_printed_mcp_curl_lines(banner: str) -> None:
+    """Run the banner's MCP curl lines as printed: initialize, then tools/list with its session."""
+    mcp_block = banner[banner.index("MCP:") :]
+    commands = [
+        block.replace("\\\n", " ")
+        for block in re.findall(r"^\s*(curl .*?)(?=^\s*curl |\n\n|\Z)", mcp_block, re.M | re.S)
+    ]
+    assert len(commands) == 2, mcp_block
+    initialize = subprocess.run(
+        ["bash", "-c", commands[0]], capture_output=True, text=True, timeout=30
+    )
+    assert initialize.returncode == 0, initialize.stderr
+    assert "HTTP/1.1 200" in initialize.stdout, initialize.stdout
+    session = re.search(r"^mcp-session-id: (\S+)", initialize.stdout, re.M | re.I)
+    assert session is not None, initialize.stdout
+    listing = commands[1].replace("<MCP-Session-Id from the initialize answer>", session[1])
+    listed = subprocess.run(["bash", "-c", listing], capture_output=True, text=True, timeout=30)
+    assert json.loads(listed.stdout)["result"]["tools"][0]["name"] == "frankfurter_latest_rate"
+
+
 def test_crank_up_serves_the_demo_and_stops_everything_on_sigint(start_crank_up: Any) -> None:
     crank_up: CrankUp = start_crank_up()
     banner = crank_up.wait_ready()
@@ -241,6 +262,8 @@ def test_crank_up_serves_the_demo_and_stops_everything_on_sigint(start_crank_up:
     assert (status, order["status"]) == (200, "draft")
     assert "/mcp/v1/default/currency-rates" in banner
     assert f"curl {cp}/api/v1/workspaces -H 'Authorization: Bearer {token}'" in banner
+
+    check_printed_mcp_curl_lines(banner)
 
     state_file = crank_up.data_dir / devstate.STATE_FILE
     assert stat.S_IMODE(state_file.stat().st_mode) == 0o600

@@ -16,9 +16,8 @@ from control_plane.cli.common import CliError, cli_settings, key_hasher, require
 from shared.settings import Settings
 
 CONTROL_PLANE_APP = "control_plane.app:create_app"
-# The gateway arrives with the next issue: then set GATEWAY_APP to its factory
-# ("mcp_gateway.app:create_app") and both `crank mcp-server` and `crank up` start it.
-GATEWAY_APP: str | None = None
+# Started by module path, never imported (DESIGN "Where code lives").
+GATEWAY_APP: str | None = "mcp_gateway.app:create_app"
 
 
 def granian_argv(app: str, host: str, port: int) -> list[str]:

@@ -173,8 +173,6 @@ def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:
         env,
     )
     control_plane = supervisor.start("control-plane", servers_cmd.control_plane_argv(settings), env)
-    # The gateway (next issue): started by module path like the control plane,
-    # as soon as servers_cmd.GATEWAY_APP names its factory.
     gateway = supervisor.start("gateway", gateway_argv, env) if gateway_argv else None
 
     try:

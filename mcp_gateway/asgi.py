@@ -1,0 +1,102 @@
+"""Bare ASGI plumbing for the lean MCP handler: headers, bodies, answers.
+
+The MCP endpoint is the gateway's hot path, so it runs without a framework
+(DESIGN: a lean ASGI handler under granian); these helpers keep that code
+readable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class Headers:
+    """Request headers by lower-case name (the first value of a repeated header)."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, scope: Scope) -> None:
+        values: dict[str, str] = {}
+        for raw_name, raw_value in scope["headers"]:
+            name = raw_name.decode("latin-1").lower()
+            if name not in values:
+                values[name] = raw_value.decode("latin-1")
+        self._values = values
+
+    def get(self, name: str) -> str | None:
+        return self._values.get(name)
+
+
+async def read_body(receive: Receive, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _header_list(headers: dict[str, str] | None) -> list[tuple[bytes, bytes]]:
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
+
+
+async def respond(
+    send: Send,
+    status: int,
+    body: bytes = b"",
+    *,
+    content_type: str | None = "application/json",
+    headers: dict[str, str] | None = None,
+) -> None:
+    raw = _header_list(headers)
+    if body and content_type:
+        raw.append((b"content-type", content_type.encode()))
+    raw.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def start_stream(send: Send, headers: dict[str, str] | None = None) -> None:
+    """Open a text/event-stream answer; write events with ``send_event``."""
+    raw = _header_list(headers)
+    raw += [
+        (b"content-type", b"text/event-stream"),
+        (b"cache-control", b"no-cache, no-transform"),
+        (b"x-accel-buffering", b"no"),
+    ]
+    await send({"type": "http.response.start", "status": 200, "headers": raw})
+
+
+async def send_event(send: Send, data: bytes, *, event_id: str | None = None) -> None:
+    head = b"event: message\n"
+    if event_id is not None:
+        head += b"id: " + event_id.encode() + b"\n"
+    await send(
+        {"type": "http.response.body", "body": head + b"data: " + data + b"\n\n", "more_body": True}
+    )
+
+
+async def send_comment(send: Send, text: bytes = b"keep-alive") -> None:
+    await send({"type": "http.response.body", "body": b": " + text + b"\n\n", "more_body": True})
+
+
+async def end_stream(send: Send) -> None:
+    await send({"type": "http.response.body", "body": b"", "more_body": False})

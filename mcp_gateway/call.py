@@ -1,0 +1,51 @@
+"""One authenticated request to the MCP endpoint, and what both eras check on it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mcp_gateway.asgi import Headers, Receive, Scope, Send, respond
+from mcp_gateway.metrics import REQUESTS
+from mcp_gateway.snapshot import Agent, Key
+from mcp_gateway.state import GatewayState
+
+LEGACY_VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25")
+MODERN_VERSIONS = ("2026-07-28",)
+
+
+@dataclass(slots=True)
+class Call:
+    """One HTTP request to the endpoint, authenticated and resolved."""
+
+    state: GatewayState
+    scope: Scope
+    receive: Receive
+    send: Send
+    headers: Headers
+    agent: Agent
+    key: Key
+    request_id: str
+    rpc_method: str = "-"  # for metrics and logs, once known
+
+    async def answer(
+        self, status: int, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> None:
+        REQUESTS.labels(self.rpc_method, str(status)).inc()
+        await respond(self.send, status, body, headers=headers)
+
+
+def accepts(headers: Headers) -> tuple[bool, bool] | None:
+    """(JSON, SSE) the client accepts for a POST answer; None when it accepts neither.
+    A missing Accept or */* gets JSON (DESIGN "Seed curl sequence")."""
+    accept = headers.get("accept")
+    if not accept:
+        return True, False
+    types = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+    json_ok = bool(types & {"application/json", "application/*", "*/*"})
+    sse_ok = "text/event-stream" in types
+    return (json_ok, sse_ok) if json_ok or sse_ok else None
+
+
+def json_content(headers: Headers) -> bool:
+    content_type = (headers.get("content-type") or "").split(";")[0].strip().lower()
+    return content_type == "application/json"

@@ -1,0 +1,102 @@
+"""The MCP endpoint: HTTP checks, auth, then the legacy or the modern era.
+
+Order of checks (DESIGN "Status precedence"): Origin (403) → bearer key (401)
+→ workspace and agent published (404) → key of this agent and of kind agent
+(403) → HTTP method → protocol era. A request whose ``MCP-Protocol-Version`` is
+not a legacy revision goes to the modern (2026-07-28, stateless) handler;
+everything else, including no header at all, is the legacy session protocol.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from urllib.parse import urlsplit
+
+import structlog
+
+from mcp_gateway import legacy, modern
+from mcp_gateway.asgi import Headers, Receive, Scope, Send, respond
+from mcp_gateway.call import LEGACY_VERSIONS, Call
+from mcp_gateway.jsonrpc import encode, error
+from mcp_gateway.metrics import LATENCY, REQUESTS
+from mcp_gateway.state import GatewayState
+
+log = structlog.get_logger(__name__)
+
+_LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1"}
+
+
+def origin_allowed(origin: str, allowed: tuple[str, ...]) -> bool:
+    """Browsers send Origin; a page on another site must not reach the gateway
+    (DNS rebinding). Configured origins and loopback pages are allowed."""
+    if origin.rstrip("/") in allowed:
+        return True
+    host = urlsplit(origin).hostname
+    return host is not None and host in _LOOPBACK_HOSTS
+
+
+async def _plain_error(
+    send: Send, status: int, message: str, headers: dict[str, str] | None = None
+) -> None:
+    REQUESTS.labels("-", str(status)).inc()
+    await respond(send, status, encode(error(None, _http_code(status), message)), headers=headers)
+
+
+def _http_code(status: int) -> int:
+    return -32600 if status == 400 else -32001
+
+
+async def handle(
+    state: GatewayState, scope: Scope, receive: Receive, send: Send, workspace: str, slug: str
+) -> None:
+    started = time.perf_counter()
+    headers = Headers(scope)
+    origin = headers.get("origin")
+    if origin is not None and not origin_allowed(origin, state.settings.allowed_origins):
+        await _plain_error(send, 403, "Origin not allowed")
+        return
+
+    token = _bearer(headers)
+    snapshot = state.refresher.snapshot
+    key = await state.keys.resolve(token, snapshot) if token else None
+    if key is None:
+        await _plain_error(
+            send,
+            401,
+            "missing or invalid API key: send 'Authorization: Bearer <agent_api_key>'",
+            {"WWW-Authenticate": "Bearer"},
+        )
+        return
+    agent = snapshot.agents.get((workspace, slug))
+    if agent is None or not agent.published:
+        await _plain_error(send, 404, f"agent {workspace}/{slug} is not published")
+        return
+    if key.agent_id != agent.id or key.kind != "agent":
+        reason = "an approval key" if key.kind != "agent" else "a key of another agent"
+        await _plain_error(send, 403, f"this is {reason}; use the agent's own API key")
+        return
+
+    call = Call(state, scope, receive, send, headers, agent, key, "req_" + secrets.token_hex(8))
+    structlog.contextvars.bind_contextvars(request_id=call.request_id, agent=f"{workspace}/{slug}")
+    try:
+        version_header = (headers.get("mcp-protocol-version") or "").strip()
+        modern_era = bool(version_header) and version_header not in LEGACY_VERSIONS
+        method = scope["method"]
+        if method not in ("POST", "GET", "DELETE"):
+            await call.answer(405, headers={"Allow": "GET, POST, DELETE"})
+        elif modern_era:
+            await modern.handle(call, method, version_header)
+        else:
+            await legacy.handle(call, method, version_header or None)
+    finally:
+        LATENCY.labels(call.rpc_method).observe(time.perf_counter() - started)
+        structlog.contextvars.unbind_contextvars("request_id", "agent")
+
+
+def _bearer(headers: Headers) -> str | None:
+    value = headers.get("authorization")
+    if not value:
+        return None
+    scheme, _, token = value.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None

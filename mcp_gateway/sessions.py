@@ -1,0 +1,100 @@
+"""Signed MCP session ids that every replica can check without a database.
+
+An id is ``crs1.<claims>.<signature>``: the claims (key, agent, negotiated
+protocol version, issue time, a random nonce) are msgpack in base64url, the
+signature an HMAC-SHA-256 (truncated to 128 bits) with a key derived from
+``CRANK_SECRET_KEY``. A session ends when it expires
+(``CRANK_MCP_SESSION_TTL_S``) or when a DELETE on any replica puts its hash on
+the termination list, which every replica learns by NOTIFY at once or by
+polling within one refresh interval.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import os
+import time
+
+import msgspec
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+PREFIX = "crs1"
+MAX_LENGTH = 256
+
+
+class MalformedSessionId(ValueError):
+    """Not a session id at all (HTTP 400), as opposed to an unknown one (404)."""
+
+
+class SessionClaims(msgspec.Struct, array_like=True, frozen=True):
+    key_id: int
+    agent_id: int
+    protocol_version: str
+    issued_at: int
+    nonce: bytes
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(SessionClaims)
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def session_hash(session_id: str) -> bytes:
+    """What the termination list stores: never the id itself."""
+    return hashlib.sha256(session_id.encode()).digest()
+
+
+class SessionSigner:
+    def __init__(self, secret_key: str, ttl_s: int) -> None:
+        self._key = HKDF(
+            algorithm=hashes.SHA256(), length=32, salt=None, info=b"crank mcp sessions v1"
+        ).derive(secret_key.encode())
+        self.ttl_s = ttl_s
+
+    def _sign(self, payload: str) -> str:
+        return _b64(hmac.new(self._key, payload.encode(), hashlib.sha256).digest()[:16])
+
+    def issue(self, key_id: int, agent_id: int, protocol_version: str) -> str:
+        claims = SessionClaims(key_id, agent_id, protocol_version, int(time.time()), os.urandom(12))
+        payload = _b64(_encoder.encode(claims))
+        return f"{PREFIX}.{payload}.{self._sign(payload)}"
+
+    def verify(self, session_id: str, now: float | None = None) -> SessionClaims | None:
+        """The claims of a valid, unexpired id; None for a forged or expired one.
+
+        Raises MalformedSessionId when the value cannot be a session id.
+        """
+        if (
+            not session_id
+            or len(session_id) > MAX_LENGTH
+            or not all(0x21 <= ord(c) <= 0x7E for c in session_id)
+        ):
+            raise MalformedSessionId("MCP-Session-Id must be 1-256 visible ASCII characters")
+        parts = session_id.split(".")
+        if len(parts) != 3 or parts[0] != PREFIX:
+            return None  # well-formed ASCII but not ours: unknown session
+        payload, signature = parts[1], parts[2]
+        if not hmac.compare_digest(self._sign(payload), signature):
+            return None
+        try:
+            claims = _decoder.decode(_unb64(payload))
+        except (msgspec.DecodeError, binascii.Error, ValueError):
+            return None
+        current = time.time() if now is None else now
+        if current >= claims.issued_at + self.ttl_s:
+            return None
+        return claims
+
+    def expires_at(self, claims: SessionClaims) -> float:
+        return float(claims.issued_at + self.ttl_s)
