@@ -12,6 +12,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 
 from control_plane.deps import CrankState, dependencies
 from control_plane.errors import exception_handlers
+from control_plane.request_checks import check_request
 from control_plane.routes import route_handlers
 from control_plane.state import AppState
 from shared.crypto import KeyHasher, SecretBox
@@ -65,6 +66,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         route_handlers=[healthz, readyz, Router(API_PREFIX, route_handlers=route_handlers)],
         dependencies=dependencies,
         exception_handlers=exception_handlers,
+        before_request=check_request,
         lifespan=[lifespan],
         request_max_body_size=settings.max_body_bytes,
         signature_namespace={"Connection": Connection},

@@ -1,40 +1,63 @@
 """Optimistic concurrency: every editable resource has a revision, exposed as an ETag.
 
+The ETag is ``"<id>.r<revision>"``: the row id makes it name one incarnation of
+the resource, so an ETag read before a delete never matches the resource
+created again under the same name (which starts over at revision 1).
+
 Writes must send ``If-Match`` with the ETag they read: none gets 428, a stale
 one 409 — never a silent overwrite.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, NamedTuple
 
 from litestar import Request
 
 from control_plane.errors import Conflict, PreconditionRequired
 
+# Bounded digits: the values are compared in Python only, but int() of a
+# 5000-digit string raises.
+_ETAG = re.compile(r'(?:W/)?"(\d{1,19})\.r(\d{1,9})"')
 
-def etag(revision: int) -> str:
-    return f'"r{revision}"'
+
+class Precondition(NamedTuple):
+    """What an ``If-Match`` names: one incarnation (row id) at one revision."""
+
+    id: int
+    revision: int
 
 
-def parse_if_match(request: Request[Any, Any, Any]) -> int:
-    """The revision the client based its write on; 428 if it sent none."""
+def etag(resource_id: int, revision: int) -> str:
+    return f'"{resource_id}.r{revision}"'
+
+
+def parse_if_match(request: Request[Any, Any, Any]) -> Precondition:
+    """The resource and revision the client based its write on; 428 if it sent none."""
     header = request.headers.get("if-match")
     if not header:
         raise PreconditionRequired(
             "this write needs an If-Match header with the resource's ETag (read it first)"
         )
-    value = header.strip().removeprefix("W/")
-    if value.startswith('"r') and value.endswith('"') and value[2:-1].isdigit():
-        return int(value[2:-1])
-    raise PreconditionRequired(f"If-Match {header!r} is not an ETag Crank issued")
+    match = _ETAG.fullmatch(header.strip())
+    if match is None:
+        raise PreconditionRequired(f"If-Match {header!r} is not an ETag Crank issued")
+    return Precondition(int(match.group(1)), int(match.group(2)))
 
 
-def check_revision(expected: int, current: int, what: str) -> None:
-    """409 when the client's revision is not the current one."""
-    if expected != current:
+def check_revision(expected: Precondition, resource_id: int, revision: int, what: str) -> None:
+    """409 when the client's ETag is not the current one of this very resource."""
+    current = etag(resource_id, revision)
+    if expected.id != resource_id:
         raise Conflict(
-            f"{what} changed since you read it (you have {etag(expected)}, current is "
-            f"{etag(current)}); read it again and reapply your change",
+            f"{what} was deleted and created again since you read it (you have "
+            f"{etag(*expected)}, current is {current}); read it again and reapply your change",
+            code="stale_revision",
+        )
+    if expected.revision != revision:
+        raise Conflict(
+            f"{what} changed since you read it (you have {etag(*expected)}, current is "
+            f"{current}); read it again and reapply your change",
             code="stale_revision",
         )

@@ -6,7 +6,6 @@ CREATE TABLE workspaces (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     slug        text NOT NULL UNIQUE CHECK (slug ~ '^[a-z0-9][a-z0-9-]{0,62}$'),
     title       text NOT NULL DEFAULT '',
-    revision    integer NOT NULL DEFAULT 1,
     created_at  timestamptz NOT NULL DEFAULT now()
 );
 
@@ -24,6 +23,9 @@ CREATE TABLE workspace_members (
     role          text NOT NULL CHECK (role IN ('owner', 'editor', 'viewer')),
     PRIMARY KEY (workspace_id, user_id)
 );
+
+-- Every authenticated request reads the caller's roles by user.
+CREATE INDEX workspace_members_by_user ON workspace_members (user_id);
 
 -- Admin tokens and API keys share one format (crk_<kind>_...) and one hashing
 -- scheme: HMAC-SHA-256 with a key derived from CRANK_SECRET_KEY.
@@ -104,6 +106,7 @@ CREATE TABLE api_keys (
 );
 
 CREATE INDEX api_keys_by_agent ON api_keys (agent_id);
+CREATE INDEX api_keys_by_workspace ON api_keys (workspace_id);
 
 CREATE TABLE secrets (
     id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -134,21 +137,35 @@ CREATE INDEX audit_log_by_workspace ON audit_log (workspace_id, id DESC);
 -- One row: the version of everything a gateway snapshot holds. Every publish,
 -- unpublish, key and secret change bumps it in the same transaction and
 -- notifies, so gateways reload at once (LISTEN) or on their next poll.
+-- A transaction bumps it at most once, however many changes it makes
+-- (`crank apply --publish` of a whole file is one new version, one NOTIFY):
+-- bumped_xact remembers which transaction made the current version.
 CREATE TABLE catalog_state (
-    id          boolean PRIMARY KEY DEFAULT true CHECK (id),
-    version     bigint NOT NULL DEFAULT 1,
-    changed_at  timestamptz NOT NULL DEFAULT now()
+    id           boolean PRIMARY KEY DEFAULT true CHECK (id),
+    version      bigint NOT NULL DEFAULT 1,
+    changed_at   timestamptz NOT NULL DEFAULT now(),
+    bumped_xact  xid8
 );
 
 INSERT INTO catalog_state DEFAULT VALUES;
 
+-- The catalog version this transaction's changes become visible at. The
+-- first call in a transaction increments it and notifies; later calls in the
+-- same transaction return that version again. A rolled-back savepoint undoes
+-- its bump too, so the next call bumps again.
 CREATE FUNCTION crank_bump_catalog() RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
     new_version bigint;
 BEGIN
-    UPDATE catalog_state SET version = version + 1, changed_at = now()
-        RETURNING version INTO new_version;
-    PERFORM pg_notify('crank_catalog', new_version::text);
+    UPDATE catalog_state
+       SET version = version + 1, changed_at = now(), bumped_xact = pg_current_xact_id()
+     WHERE bumped_xact IS DISTINCT FROM pg_current_xact_id()
+     RETURNING version INTO new_version;
+    IF FOUND THEN
+        PERFORM pg_notify('crank_catalog', new_version::text);
+    ELSE
+        SELECT version INTO new_version FROM catalog_state;
+    END IF;
     RETURN new_version;
 END;
 $$;

@@ -48,6 +48,11 @@ class SecretBox:
             key_id, key = self._key(old)
             self._keys.setdefault(key_id, AESGCM(key))
 
+    @property
+    def current_key_id(self) -> str:
+        """The id of the key that seals new values."""
+        return self._current_id
+
     @staticmethod
     def _key(secret: str) -> tuple[str, bytes]:
         key = _derive(secret, b"crank secrets v1")
@@ -92,6 +97,3 @@ class KeyHasher:
         return [self.hash(key)] + [
             hmac.new(old, key.encode(), hashlib.sha256).digest() for old in self._previous
         ]
-
-    def matches(self, key: str, stored: bytes) -> bool:
-        return hmac.compare_digest(self.hash(key), stored)

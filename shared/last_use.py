@@ -60,5 +60,7 @@ class LastUseRecorder:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        with contextlib.suppress(Exception):
+        try:
             await self.flush(pool)
+        except Exception:  # shutting down: the interval's marks are lost, say so
+            log.exception("last_use_final_flush_failed", table=self._table)

@@ -19,7 +19,7 @@ log = structlog.get_logger(__name__)
 # Any fixed 64-bit number; it only has to be the same in every Crank process.
 MIGRATION_LOCK_ID = 0x6372616E6B_01  # "crank" + 1
 
-_FILENAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_FILENAME = re.compile(r"(\d{4})_([a-z0-9_]+)\.sql")  # fullmatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ class Migration:
 def available_migrations() -> list[Migration]:
     found: list[Migration] = []
     for entry in resources.files("migrations").iterdir():
-        match = _FILENAME.match(entry.name)
+        match = _FILENAME.fullmatch(entry.name)
         if match:
             found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
     found.sort(key=lambda m: m.version)

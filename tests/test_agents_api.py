@@ -86,11 +86,11 @@ async def test_editor_creates_agent_and_reads_it_back_with_etag(
     body = agent_body(operations=["latest_rate"], rate_limit={"requests": 5, "per_seconds": 60})
     created = await client.post(f"{WS}/agents", json=body, headers=auth(editor))
     assert created.status_code == 201, created.text
-    assert created.headers["etag"] == '"r1"'
+    assert created.headers["etag"] == '"1.r1"'
 
     read = await client.get(f"{WS}/agents/rates", headers=auth(editor))
     assert read.status_code == 200
-    assert read.headers["etag"] == '"r1"'
+    assert read.headers["etag"] == '"1.r1"'
     agent = read.json()
     assert agent["draft"] == {
         "slug": "rates",
@@ -182,7 +182,7 @@ async def test_replacing_the_draft_bumps_the_revision(
     body = agent_body(operations=["latest_rate"], description="Looks up rates.")
     updated = await client.put(f"{WS}/agents/rates", json=body, headers=auth(admin_token, etag))
     assert updated.status_code == 200, updated.text
-    assert updated.headers["etag"] == '"r2"'
+    assert updated.headers["etag"] == '"1.r2"'
     assert updated.json()["draft"]["operations"] == ["latest_rate"]
     assert updated.json()["draft"]["description"] == "Looks up rates."
 
@@ -370,8 +370,77 @@ async def test_delete_removes_the_agent_and_its_keys_and_bumps_the_catalog(
 
 
 @pytest.mark.usefixtures("acme")
+async def test_editor_cannot_delete_an_agent_because_that_deletes_its_keys(
+    client: Client, admin_token: str, database_url: str
+) -> None:
+    etag = await create(client, admin_token, agent_body())
+    key = await client.post(f"{WS}/keys", json={"agent": "rates"}, headers=auth(admin_token))
+    assert key.status_code == 201, key.text
+    editor = await make_token(database_url, "editor", "acme")
+    before = await catalog_version(database_url)
+
+    refused = await client.delete(f"{WS}/agents/rates", headers=auth(editor, etag))
+    assert refused.status_code == 403
+    assert refused.json()["code"] == "forbidden"
+    assert (await client.get(f"{WS}/agents/rates", headers=auth(editor))).status_code == 200
+    keys = await client.get(f"{WS}/keys", headers=auth(editor))
+    assert [k["prefix"] for k in keys.json()["items"]] == [key.json()["prefix"]]
+    assert await catalog_version(database_url) == before
+
+    owner = await make_token(database_url, "owner", "acme")
+    deleted = await client.delete(f"{WS}/agents/rates", headers=auth(owner, etag))
+    assert deleted.status_code == 204
+
+
+@pytest.mark.usefixtures("acme")
+async def test_deleting_an_unpublished_agent_without_keys_does_not_bump_the_catalog(
+    client: Client, admin_token: str, database_url: str
+) -> None:
+    etag = await create(client, admin_token, agent_body())
+    before = await catalog_version(database_url)
+    deleted = await client.delete(f"{WS}/agents/rates", headers=auth(admin_token, etag))
+    assert deleted.status_code == 204
+    assert await catalog_version(database_url) == before
+    assert (await audit_actions(database_url))[-1] == "agent.delete"
+
+
+@pytest.mark.usefixtures("acme")
+async def test_an_etag_of_a_deleted_agent_does_not_match_the_agent_created_again(
+    client: Client, admin_token: str
+) -> None:
+    old = await create(client, admin_token, agent_body())
+    deleted = await client.delete(f"{WS}/agents/rates", headers=auth(admin_token, old))
+    assert deleted.status_code == 204
+    new = await create(client, admin_token, agent_body(title="Again"))
+    assert new != old  # both are revision 1 of an agent called "rates"
+    headers = auth(admin_token, old)
+    responses = [
+        await client.put(f"{WS}/agents/rates", json=agent_body(title="Stale"), headers=headers),
+        await client.post(f"{WS}/agents/rates/publish", headers=headers),
+        await client.delete(f"{WS}/agents/rates", headers=headers),
+    ]
+    assert [r.status_code for r in responses] == [409] * 3
+    assert {r.json()["code"] for r in responses} == {"stale_revision"}
+    read = await client.get(f"{WS}/agents/rates", headers=auth(admin_token))
+    assert read.json()["draft"]["title"] == "Again"
+    assert read.json()["published"] is None
+
+
+@pytest.mark.usefixtures("acme")
+async def test_an_if_match_that_crank_did_not_issue_is_428(
+    client: Client, admin_token: str
+) -> None:
+    await create(client, admin_token, agent_body())
+    for value in ('"r1"', "1.r1", '"1.r"', '"x.r1"', '"1.r1"junk', '"' + "9" * 40 + '.r1"'):
+        response = await client.put(
+            f"{WS}/agents/rates", json=agent_body(), headers=auth(admin_token, value)
+        )
+        assert (response.status_code, response.json()["code"]) == (428, "if_match_required")
+
+
+@pytest.mark.usefixtures("acme")
 async def test_an_unknown_agent_is_404_on_every_route(client: Client, admin_token: str) -> None:
-    headers = auth(admin_token, '"r1"')
+    headers = auth(admin_token, '"1.r1"')
     responses = [
         await client.get(f"{WS}/agents/ghost", headers=headers),
         await client.put(f"{WS}/agents/ghost", json=agent_body("ghost"), headers=headers),

@@ -142,6 +142,31 @@ async def test_apply_creates_and_publishes_then_second_apply_changes_nothing(
     assert await snapshot(database_url) == before
 
 
+async def test_apply_with_publish_of_several_resources_bumps_the_catalog_exactly_once(
+    client: Client, acme: str, database_url: str
+) -> None:
+    before = (await snapshot(database_url))["catalog"]
+    first = await client.post(
+        APPLY, params={"publish": "true"}, json=crank_file(), headers=auth(acme)
+    )
+    assert first.status_code == 200, first.text
+    assert sum(item["publish"] for item in first.json()["items"]) == 3
+    assert (await snapshot(database_url))["catalog"] == before + 1
+
+    both_changed = crank_file(
+        operations=[
+            rates_operation(title="Exchange rate today"),
+            delete_operation(title="Cancel an order"),
+        ]
+    )
+    second = await client.post(
+        APPLY, params={"publish": "true"}, json=both_changed, headers=auth(acme)
+    )
+    assert second.status_code == 200, second.text
+    assert [item["publish"] for item in second.json()["items"]] == [True, True, False]
+    assert (await snapshot(database_url))["catalog"] == before + 2
+
+
 async def test_changing_one_description_updates_and_publishes_only_that_operation(
     client: Client, acme: str, database_url: str
 ) -> None:
@@ -289,7 +314,7 @@ async def test_file_for_another_workspace_is_refused(client: Client, acme: str) 
     response = await client.post(APPLY, json=crank_file(workspace="other"), headers=auth(acme))
     assert response.status_code == 400
     assert response.json()["code"] == "workspace_mismatch"
-    # An omitted workspace decodes to "default", which applies anywhere.
+    # A file without a workspace goes to the URL's workspace.
     omitted = crank_file()
     del omitted["workspace"]
     assert (await client.post(APPLY, json=omitted, headers=auth(acme))).status_code == 200

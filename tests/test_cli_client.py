@@ -233,6 +233,28 @@ def test_apply_prints_the_plan_and_a_second_apply_reports_no_changes(
     assert second.stdout.count("unchanged") >= 3
 
 
+def catalog_version(server: Server) -> int:
+    async def read() -> int:
+        async with await connect(server.database_url) as conn:
+            cur = await conn.execute("SELECT version FROM catalog_state")
+            row = await cur.fetchone()
+            assert row is not None
+            return int(row["version"])
+
+    return run_async(read())
+
+
+def test_apply_with_publish_moves_the_catalog_version_by_exactly_one(
+    server: Server, workspace: str, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    path = write_file(tmp_path, workspace)
+    before = catalog_version(server)
+    applied = crank("apply", "-f", str(path), "--publish", env=cli_env)
+    assert applied.returncode == 0, applied.stderr
+    assert "published 3" in applied.stdout  # two operations and an agent, one transaction
+    assert catalog_version(server) == before + 1
+
+
 def test_dry_run_says_what_would_change_and_writes_nothing(
     workspace: str, cli_env: dict[str, str], tmp_path: Path
 ) -> None:

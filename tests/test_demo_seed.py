@@ -74,7 +74,7 @@ async def _snapshot(database_url: str) -> dict[str, Any]:
         queries = {
             "catalog": "SELECT version FROM catalog_state",
             "audit": "SELECT count(*) AS n FROM audit_log",
-            "workspaces": "SELECT slug, revision FROM workspaces ORDER BY slug",
+            "workspaces": "SELECT slug, title FROM workspaces ORDER BY slug",
             "operations": "SELECT name, revision, latest_version FROM operations ORDER BY name",
             "versions": "SELECT count(*) AS n FROM operation_versions",
             "agents": "SELECT slug, revision, published_version FROM agents ORDER BY slug",
@@ -111,7 +111,7 @@ async def test_seed_demo_twice_changes_nothing_the_second_time(database_url: str
     assert "changed" in first_output.splitlines()[0]
     assert "unchanged" in second_output.splitlines()[0]
     assert after_second == after_first
-    assert after_first["workspaces"] == [{"slug": "default", "revision": 1}]
+    assert after_first["workspaces"] == [{"slug": "default", "title": "Demo"}]
     assert after_first["versions"] == [{"n": 5}]
     assert {row["slug"] for row in after_first["agents"]} == {"currency-rates", "sales"}
 

@@ -45,3 +45,23 @@ async def test_two_concurrent_crank_migrate_processes_both_succeed(
     outputs = sorted([first.stdout, second.stdout])
     assert "nothing to apply" in outputs[1]
     assert "applied 0001_core" in outputs[0]
+
+
+def test_lookups_by_user_and_by_workspace_have_indexes(database_url: str) -> None:
+    """Authentication reads roles by user; key listings read keys by workspace."""
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT tablename, indexdef FROM pg_indexes WHERE tablename IN "
+            "('workspace_members', 'api_keys')"
+        ).fetchall()
+    definitions = {(table, definition.split(" USING ")[1]) for table, definition in rows}
+    assert ("workspace_members", "btree (user_id)") in definitions
+    assert ("api_keys", "btree (workspace_id)") in definitions
+
+
+def test_only_whole_file_names_are_migrations() -> None:
+    from shared.migrate import _FILENAME
+
+    assert _FILENAME.fullmatch("0001_core.sql")
+    assert _FILENAME.fullmatch("0001_core.sql\n") is None
+    assert _FILENAME.fullmatch("0001_core.sql.bak") is None

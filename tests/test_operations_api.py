@@ -81,10 +81,10 @@ async def test_created_operation_reads_back_with_defaults_and_etag(
 ) -> None:
     created = await client.post(BASE, json=order_spec(), headers=auth(editor))
     assert created.status_code == 201, created.text
-    assert created.headers["etag"] == '"r1"'
+    assert created.headers["etag"] == '"1.r1"'
     read = await client.get(f"{BASE}/get_order", headers=auth(editor))
     assert read.status_code == 200
-    assert read.headers["etag"] == '"r1"'
+    assert read.headers["etag"] == '"1.r1"'
     body = read.json()
     assert body["name"] == "get_order"
     assert body["revision"] == 1
@@ -192,7 +192,7 @@ async def test_update_replaces_the_draft_and_bumps_the_etag(client: Client, edit
         f"{BASE}/get_order", json=order_spec(title="Order by id"), headers=auth(editor, etag)
     )
     assert response.status_code == 200, response.text
-    assert response.headers["etag"] == '"r2"'
+    assert response.headers["etag"] == '"1.r2"'
     assert response.json()["draft"]["title"] == "Order by id"
     assert response.json()["revision"] == 2
 
@@ -250,9 +250,29 @@ async def test_update_whose_body_names_another_operation_is_refused(
     assert [e["field"] for e in response.json()["errors"]] == ["name"]
 
 
+async def test_an_etag_of_a_discarded_operation_does_not_match_the_one_created_again(
+    client: Client, editor: str
+) -> None:
+    old = await create(client, editor)
+    discarded = await client.delete(f"{BASE}/get_order/draft", headers=auth(editor, old))
+    assert discarded.json()["deleted"] is True  # never published: the operation is gone
+    new = await create(client, editor, order_spec(title="Again"))
+    assert new != old  # both are revision 1 of an operation called get_order
+    headers = auth(editor, old)
+    responses = [
+        await client.put(f"{BASE}/get_order", json=order_spec(title="Stale"), headers=headers),
+        await client.post(f"{BASE}/get_order/publish", headers=headers),
+        await client.delete(f"{BASE}/get_order/draft", headers=headers),
+    ]
+    assert [r.status_code for r in responses] == [409] * 3
+    assert {r.json()["code"] for r in responses} == {"stale_revision"}
+    read = await client.get(f"{BASE}/get_order", headers=auth(editor))
+    assert (read.json()["draft"]["title"], read.json()["latest_version"]) == ("Again", None)
+
+
 async def test_update_of_a_missing_operation_is_404(client: Client, editor: str) -> None:
     response = await client.put(
-        f"{BASE}/get_order", json=order_spec(), headers=auth(editor, '"r1"')
+        f"{BASE}/get_order", json=order_spec(), headers=auth(editor, '"1.r1"')
     )
     assert response.status_code == 404
 
@@ -296,7 +316,7 @@ async def test_publish_needs_if_match_and_the_current_revision(client: Client, e
     assert missing.status_code == 428
     assert missing.json()["code"] == "if_match_required"
     await put_draft(client, editor, order_spec(title="Newer"))
-    stale = await client.post(f"{BASE}/get_order/publish", headers=auth(editor, '"r1"'))
+    stale = await client.post(f"{BASE}/get_order/publish", headers=auth(editor, '"1.r1"'))
     assert stale.status_code == 409
     assert stale.json()["code"] == "stale_revision"
     versions = await client.get(f"{BASE}/get_order/versions", headers=auth(editor))
@@ -464,7 +484,9 @@ async def test_rollback_needs_if_match_and_an_existing_version(client: Client, e
     assert missing.status_code == 428
     unknown = await client.post(f"{BASE}/get_order/versions/7/rollback", headers=auth(editor, etag))
     assert unknown.status_code == 404
-    stale = await client.post(f"{BASE}/get_order/versions/1/rollback", headers=auth(editor, '"r0"'))
+    stale = await client.post(
+        f"{BASE}/get_order/versions/1/rollback", headers=auth(editor, '"1.r0"')
+    )
     assert stale.status_code == 409
     assert stale.json()["code"] == "stale_revision"
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import msgspec
 import pytest
 
 from control_plane.auth import Role, Workspace
-from control_plane.errors import Conflict
+from control_plane.errors import Conflict, ValidationFailed
+from control_plane.etag import Precondition
 from control_plane.services.operations import (
     Change,
     create_operation,
@@ -17,8 +19,11 @@ from control_plane.services.operations import (
     publish_operation,
     update_operation_draft,
 )
+from control_plane.services.secrets import delete_secret, set_secret
+from shared.crypto import SecretBox
 from shared.db import Connection, connect
-from shared.spec import OperationSpec, RequestSpec
+from shared.spec import AuthSpec, OperationSpec, RequestSpec
+from tests.conftest import TEST_SECRET_KEY
 
 
 def spec(title: str = "Get order") -> OperationSpec:
@@ -67,15 +72,16 @@ async def _wait_until_blocked(watcher: Connection, pid: int) -> None:
 async def test_concurrent_publishes_make_exactly_one_version(
     database_url: str, ws: Workspace, conn: Connection
 ) -> None:
-    await create_operation(conn, ws, "setup", spec())
+    created = await create_operation(conn, ws, "setup", spec())
     await conn.commit()
+    read = Precondition(created.id, 1)
     async with (
         await connect(database_url) as first,
         await connect(database_url) as second,
         await connect(database_url, autocommit=True) as watcher,
     ):
-        won = await publish_operation(first, ws, "first", "get_order", 1)  # holds the row lock
-        waiting = asyncio.create_task(publish_operation(second, ws, "second", "get_order", 1))
+        won = await publish_operation(first, ws, "first", "get_order", read)  # holds the row lock
+        waiting = asyncio.create_task(publish_operation(second, ws, "second", "get_order", read))
         await _wait_until_blocked(watcher, second.info.backend_pid)
         assert not waiting.done()
         await first.commit()
@@ -85,6 +91,41 @@ async def test_concurrent_publishes_make_exactly_one_version(
     assert (lost.version, lost.changed) == (1, False)
     cur = await conn.execute("SELECT count(*) AS n FROM operation_versions")
     assert await cur.fetchone() == {"n": 1}
+
+
+async def test_publish_waits_for_a_concurrent_delete_of_its_secret_and_then_refuses(
+    database_url: str, ws: Workspace, conn: Connection
+) -> None:
+    needs_secret = msgspec.structs.replace(
+        spec(),
+        request=RequestSpec(
+            method="GET",
+            url="https://api.example.com/orders/{order_id}",
+            auth=AuthSpec(type="bearer", secret="ORDERS"),
+        ),
+    )
+    box = SecretBox(TEST_SECRET_KEY)
+    created = await create_operation(conn, ws, "setup", needs_secret)
+    await set_secret(conn, box, ws, "setup", "ORDERS", "token")
+    await conn.commit()
+    async with (
+        await connect(database_url) as deleter,
+        await connect(database_url) as publisher,
+        await connect(database_url, autocommit=True) as watcher,
+    ):
+        await delete_secret(deleter, ws, "deleter", "ORDERS")  # deleted, not yet committed
+        read = Precondition(created.id, created.revision)
+        waiting = asyncio.create_task(
+            publish_operation(publisher, ws, "publisher", "get_order", read)
+        )
+        await _wait_until_blocked(watcher, publisher.info.backend_pid)
+        await deleter.commit()
+        with pytest.raises(ValidationFailed) as refused:
+            await asyncio.wait_for(waiting, timeout=5)
+        await publisher.rollback()
+    assert [e.field for e in refused.value.errors] == ["request.auth.secret"]
+    cur = await conn.execute("SELECT count(*) AS n FROM operation_versions")
+    assert await cur.fetchone() == {"n": 0}
 
 
 async def test_duplicate_create_leaves_the_callers_transaction_usable(
@@ -102,11 +143,13 @@ async def test_duplicate_create_leaves_the_callers_transaction_usable(
 async def test_update_without_expected_revision_skips_the_check(
     ws: Workspace, conn: Connection
 ) -> None:
-    await create_operation(conn, ws, "apply", spec())
+    created = await create_operation(conn, ws, "apply", spec())
     row = await update_operation_draft(conn, ws, "apply", "get_order", spec("New"), None)
     assert row.revision == 2
     with pytest.raises(Conflict) as stale:
-        await update_operation_draft(conn, ws, "apply", "get_order", spec("Newer"), 1)
+        await update_operation_draft(
+            conn, ws, "apply", "get_order", spec("Newer"), Precondition(created.id, 1)
+        )
     assert stale.value.code == "stale_revision"
 
 

@@ -136,3 +136,24 @@ async def test_viewer_reads_every_route_but_writes_none(
         else:
             assert (status, body["code"]) == (403, "forbidden"), (method, route, body)
     assert state_of(database_url) == before
+
+
+# Routes that change API keys: creating, revoking, and deleting an agent (its keys go with it).
+OWNER_ONLY = {
+    ("POST", "/keys"),
+    ("DELETE", "/keys/{key_id:int}"),
+    ("DELETE", "/agents/{slug:str}"),
+}
+
+
+async def test_editor_gets_403_on_every_route_that_changes_keys_and_changes_nothing(
+    client: Client, app: Litestar, admin_token: str, database_url: str
+) -> None:
+    assert set(workspace_routes(app)) >= OWNER_ONLY
+    seeded = await seed_workspace_b(client, admin_token)
+    editor = await make_token(database_url, "editor", "b")
+    before = state_of(database_url)
+    for method, route in sorted(OWNER_ONLY):
+        status, body = await call(client, method, route, editor, seeded)
+        assert (status, body["code"]) == (403, "forbidden"), (method, route, body)
+    assert state_of(database_url) == before

@@ -49,6 +49,62 @@ async def test_put_creates_a_secret_with_201_and_replaces_it_with_200(
 
 
 @pytest.mark.usefixtures("acme")
+async def test_setting_the_value_a_secret_already_holds_changes_nothing(
+    client: Client, admin_token: str, database_url: str
+) -> None:
+    created = await client.put(
+        f"{WS}/secrets/STRIPE_KEY", json={"value": VALUE}, headers=auth(admin_token)
+    )
+    assert created.status_code == 201, created.text
+    before = await catalog_version(database_url)
+    same = await client.put(
+        f"{WS}/secrets/STRIPE_KEY", json={"value": VALUE}, headers=auth(admin_token)
+    )
+    assert same.status_code == 200, same.text
+    assert same.json() == created.json()  # updated_at did not move
+    assert await catalog_version(database_url) == before
+    async with await connect(database_url) as conn:
+        cur = await conn.execute(
+            "SELECT action FROM audit_log WHERE resource_type = 'secret' ORDER BY id"
+        )
+        assert [row["action"] for row in await cur.fetchall()] == ["secret.create"]
+
+    changed = await client.put(
+        f"{WS}/secrets/STRIPE_KEY", json={"value": "new"}, headers=auth(admin_token)
+    )
+    assert changed.status_code == 200
+    assert await catalog_version(database_url) == before + 1
+
+
+@pytest.mark.usefixtures("acme")
+async def test_setting_the_same_value_sealed_with_a_previous_key_reseals_it(
+    client: Client, admin_token: str, database_url: str
+) -> None:
+    old_box = SecretBox("an-older-secret-key-that-is-long-enough-987654")
+    async with await connect(database_url) as conn:
+        cur = await conn.execute("SELECT id FROM workspaces WHERE slug = 'acme'")
+        ws = await cur.fetchone()
+        assert ws is not None
+        sealed = old_box.seal(VALUE, secret_associated_data(ws["id"], "STRIPE_KEY"))
+        await conn.execute(
+            """INSERT INTO secrets (workspace_id, name, ciphertext, nonce, key_id)
+               VALUES (%s, 'STRIPE_KEY', %s, %s, %s)""",
+            (ws["id"], sealed.ciphertext, sealed.nonce, sealed.key_id),
+        )
+        await conn.commit()
+    before = await catalog_version(database_url)
+    response = await client.put(
+        f"{WS}/secrets/STRIPE_KEY", json={"value": VALUE}, headers=auth(admin_token)
+    )
+    assert response.status_code == 200, response.text
+    assert await catalog_version(database_url) == before + 1
+    async with await connect(database_url) as conn:
+        cur = await conn.execute("SELECT key_id FROM secrets WHERE name = 'STRIPE_KEY'")
+        row = await cur.fetchone()
+    assert row == {"key_id": SecretBox(TEST_SECRET_KEY).current_key_id}
+
+
+@pytest.mark.usefixtures("acme")
 async def test_the_stored_secret_is_ciphertext_that_opens_with_the_secret_box(
     client: Client, admin_token: str, database_url: str
 ) -> None:
@@ -75,7 +131,7 @@ async def test_secret_values_appear_in_no_response_and_no_audit_row(
     headers = auth(admin_token)
     responses = [
         await client.put(f"{WS}/secrets/STRIPE_KEY", json={"value": VALUE}, headers=headers),
-        await client.put(f"{WS}/secrets/STRIPE_KEY", json={"value": VALUE}, headers=headers),
+        await client.put(f"{WS}/secrets/STRIPE_KEY", json={"value": f"{VALUE}-2"}, headers=headers),
         await client.get(f"{WS}/secrets", headers=headers),
         await client.get(f"{WS}/audit", headers=headers),
         await client.delete(f"{WS}/secrets/STRIPE_KEY", headers=headers),

@@ -74,3 +74,27 @@ async def test_body_over_the_size_limit_is_413_and_changes_nothing(
     assert (response.status_code, response.json()["code"]) == (413, "body_too_large")
     listed = await client.get("/api/v1/workspaces", headers=auth(admin_token))
     assert listed.json()["items"] == []
+
+
+async def test_reading_one_workspace_shows_it_with_the_callers_role(
+    client: Client, admin_token: str, database_url: str
+) -> None:
+    created = await client.post(
+        "/api/v1/workspaces", json={"slug": "acme", "title": "Acme"}, headers=auth(admin_token)
+    )
+    viewer = await make_token(database_url, "viewer", "acme")
+    as_viewer = await client.get("/api/v1/workspaces/acme", headers=auth(viewer))
+    as_admin = await client.get("/api/v1/workspaces/acme", headers=auth(admin_token))
+    assert as_viewer.json() == {**created.json(), "role": "viewer"}
+    assert as_admin.json() == created.json()
+    assert created.json()["role"] == "admin"
+
+
+async def test_a_workspace_slug_with_a_trailing_newline_is_400(
+    client: Client, admin_token: str
+) -> None:
+    response = await client.post(
+        "/api/v1/workspaces", json={"slug": "acme\n"}, headers=auth(admin_token)
+    )
+    assert response.status_code == 400
+    assert response.json()["code"] == "validation_failed"

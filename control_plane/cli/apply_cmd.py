@@ -7,9 +7,10 @@ and answers with the plan, printed as a table. Applying the same file again
 changes nothing and prints "no changes".
 
 The target workspace is ``--workspace``, else the file's ``workspace``, else
-``default``. ``workspace: default`` (the example files' value) goes wherever
-``--workspace`` says, as it does on the server; a file naming any other
-workspace than ``--workspace`` is refused.
+``default``. A file without ``workspace`` goes wherever ``--workspace`` says;
+a file that names a workspace — ``default`` included — and a different
+``--workspace`` is refused, as the server refuses a file naming another
+workspace than its URL.
 
 Exit codes:
 

@@ -1,17 +1,24 @@
 """The embedded PostgreSQL of ``crank up``: started under the data directory, always stopped.
 
-The server listens on a Unix socket in its data directory only. Stopping goes
+The server listens on a Unix socket in its data directory only. Its stop is
+armed before it starts (``embedded_postgres``), so a Ctrl-C in the middle of
+the first start — initdb, pg_ctl — still stops whatever came up. Stopping goes
 through the library first; if a postmaster is still running afterwards (the
 library skips the stop when an earlier, killed run left its pid in its handle
-list), it is shut down here: SIGINT (fast shutdown), then SIGQUIT.
+list, or when it never finished starting), it is shut down here: SIGINT (fast
+shutdown), then SIGQUIT — but only a process that is a postgres, since a
+stale ``postmaster.pid`` may name a pid that another program has reused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import structlog
@@ -20,6 +27,9 @@ from control_plane.cli.common import CliError
 from shared.embedded import EmbeddedPostgres
 
 log = structlog.get_logger(__name__)
+
+# How long a stop waits for the postmaster.pid of a start it interrupted.
+_INTERRUPTED_START_GRACE_S = 2.0
 
 
 def start_embedded(pgdata: Path) -> EmbeddedPostgres:
@@ -33,19 +43,51 @@ def start_embedded(pgdata: Path) -> EmbeddedPostgres:
         ) from None
 
 
+@contextlib.contextmanager
+def embedded_postgres(pgdata: Path) -> Iterator[EmbeddedPostgres]:
+    """The server, running for the block; stopped after it however the block
+    or the start itself ends (an interrupted start included)."""
+    server: EmbeddedPostgres | None = None
+    try:
+        server = start_embedded(pgdata)
+        yield server
+    finally:
+        stop_embedded(server, pgdata)
+
+
+def process_name(pid: int) -> str | None:
+    """The executable name of a live process, or None when there is none."""
+    proc = Path("/proc")
+    if proc.is_dir():
+        try:
+            return (proc / str(pid) / "comm").read_text().strip()
+        except (FileNotFoundError, ProcessLookupError):
+            return None
+        except PermissionError:  # pragma: no cover - hardened /proc
+            pass
+    ps = shutil.which("ps")
+    if ps is None:  # pragma: no cover - neither /proc nor ps: cannot tell
+        return None
+    found = subprocess.run(
+        [ps, "-o", "comm=", "-p", str(pid)], capture_output=True, text=True, check=False
+    )
+    name = found.stdout.strip()
+    return Path(name).name if found.returncode == 0 and name else None
+
+
 def postmaster_pid(pgdata: Path) -> int | None:
-    """The pid of the postmaster running on ``pgdata``, or None."""
+    """The pid of the postmaster running on ``pgdata``, or None.
+
+    None too when ``postmaster.pid`` names a process that is not a postgres:
+    the file outlived its server and the pid now belongs to someone else.
+    """
     try:
         first_line = (pgdata / "postmaster.pid").read_text().split("\n", 1)[0]
         pid = int(first_line)
     except (FileNotFoundError, ValueError):
         return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if pid <= 0 or process_name(pid) != "postgres":
         return None
-    except PermissionError:  # pragma: no cover - alive, owned by someone else
-        return pid
     return pid
 
 
@@ -58,11 +100,22 @@ def _wait_gone(pgdata: Path, timeout_s: float) -> bool:
     return postmaster_pid(pgdata) is None
 
 
-def stop_embedded(server: EmbeddedPostgres, pgdata: Path) -> None:
-    try:
-        server.stop()
-    except Exception:  # the fallback below still stops it
-        log.exception("embedded_postgres_stop_failed")
+def _wait_started(pgdata: Path, timeout_s: float) -> None:
+    """Give a postmaster launched by an interrupted pg_ctl time to write its pid file."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and postmaster_pid(pgdata) is None:
+        time.sleep(0.1)
+
+
+def stop_embedded(server: EmbeddedPostgres | None, pgdata: Path) -> None:
+    """Stop the server; ``server`` None: its start was interrupted or failed."""
+    if server is not None:
+        try:
+            server.stop()
+        except Exception:  # the fallback below still stops it
+            log.exception("embedded_postgres_stop_failed")
+    elif (pgdata / "PG_VERSION").exists():  # initdb finished, so pg_ctl may have run
+        _wait_started(pgdata, _INTERRUPTED_START_GRACE_S)
     for sig, wait_s in ((signal.SIGINT, 20.0), (signal.SIGQUIT, 5.0)):
         pid = postmaster_pid(pgdata)
         if pid is None:
@@ -71,6 +124,9 @@ def stop_embedded(server: EmbeddedPostgres, pgdata: Path) -> None:
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
+            break
+        except PermissionError:
+            log.error("embedded_postgres_not_ours", pid=pid)
             break
         if _wait_gone(pgdata, wait_s):
             break

@@ -26,6 +26,9 @@ import structlog
 log = structlog.get_logger(__name__)
 
 _PR_SET_PDEATHSIG = 1
+# Readiness probes go to our own children on loopback: never through a proxy
+# from the environment (as in cli/client.py).
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
@@ -90,7 +93,7 @@ class Supervisor:
             if code is not None:
                 raise ChildFailed(f"{child.name} exited with code {code} before it was ready")
             try:
-                with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - our own loopback URL
+                with _DIRECT.open(url, timeout=2) as response:
                     if response.status == 200:
                         return
             except (urllib.error.URLError, ConnectionError, TimeoutError):

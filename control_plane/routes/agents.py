@@ -1,8 +1,11 @@
 """``/api/v1/workspaces/{workspace}/agents``: agent drafts, publish and unpublish.
 
-Reads need the viewer role, writes the editor role. Every write carries
-``If-Match`` with the ETag of the agent (``"r<revision>"``, the draft's
-revision): 428 without it, 409 ``stale_revision`` when the draft changed since.
+Reads need the viewer role, writes the editor role; deleting an agent needs
+the owner role, because it deletes the agent's API keys, which only owners
+manage. Every write carries ``If-Match`` with the ETag of the agent
+(``"<id>.r<revision>"``, the draft's revision): 428 without it, 409
+``stale_revision`` when the draft changed since or the agent was deleted and
+created again.
 """
 
 from __future__ import annotations
@@ -84,7 +87,9 @@ def _view(row: AgentRow) -> AgentView:
 
 
 def _with_etag(row: AgentRow, status_code: int = 200) -> Response[AgentView]:
-    return Response(_view(row), status_code=status_code, headers={"ETag": etag(row.revision)})
+    return Response(
+        _view(row), status_code=status_code, headers={"ETag": etag(row.id, row.revision)}
+    )
 
 
 class AgentController(Controller):
@@ -166,7 +171,7 @@ class AgentController(Controller):
             warnings=result.warnings,
             agent=_view(result.agent),
         )
-        return Response(outcome, headers={"ETag": etag(result.agent.revision)})
+        return Response(outcome, headers={"ETag": etag(result.agent.id, result.agent.revision)})
 
     @post(
         "/{slug:str}/unpublish",
@@ -185,7 +190,7 @@ class AgentController(Controller):
         expected = parse_if_match(request)
         return _with_etag(await unpublish_agent(conn, ws, principal.actor, slug, expected))
 
-    @delete("/{slug:str}", summary="Delete an agent and its keys (If-Match required)")
+    @delete("/{slug:str}", summary="Delete an agent and its keys (owner; If-Match required)")
     async def remove(
         self,
         request: Request[Any, Any, Any],
@@ -194,7 +199,7 @@ class AgentController(Controller):
         conn: DbConn,
         principal: Caller,
     ) -> None:
-        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
+        ws = await load_workspace(conn, principal, workspace, Role.OWNER)
         expected = parse_if_match(request)
         await delete_agent(conn, ws, principal.actor, slug, expected)
 

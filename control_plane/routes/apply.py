@@ -1,8 +1,9 @@
 """``POST /api/v1/workspaces/{workspace}/apply``: what ``crank apply`` calls.
 
-The body is an operation file (JSON). Its ``workspace`` must name the path's
-workspace; ``default`` (also what an omitted field decodes to) always matches,
-so one file can be applied to several workspaces with ``--workspace``.
+The body is an operation file (JSON). Its ``workspace`` is optional: omitted
+(``null``), the file goes to the path's workspace, so one file without it can
+be applied to several workspaces; naming any other workspace than the path's
+— ``default`` included — is refused with ``400 workspace_mismatch``.
 No ``If-Match``: the file states the whole desired draft, and the apply
 serializes with every other writer through row locks instead.
 """

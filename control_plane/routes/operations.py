@@ -2,7 +2,8 @@
 
 Reads need the viewer role, writes the editor role; every write carries
 ``If-Match`` with the draft's ETag (creating excepted). The ETag is the
-draft's revision, so a publish, which does not change the draft, keeps it.
+operation's id and the draft's revision (``"<id>.r<revision>"``), so a
+publish, which does not change the draft, keeps it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from control_plane.auth import Role, load_workspace
 from control_plane.deps import Caller, DbConn
-from control_plane.etag import etag, parse_if_match
+from control_plane.etag import Precondition, etag, parse_if_match
 from control_plane.services import operations as service
 from shared.spec import OperationSpec, operation_from_builtins
 
@@ -59,7 +60,7 @@ def _view(row: service.OperationRow, status_code: int = HTTP_200_OK) -> Response
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
-    return Response(view, status_code=status_code, headers={"ETag": etag(row.revision)})
+    return Response(view, status_code=status_code, headers={"ETag": etag(row.id, row.revision)})
 
 
 AnyRequest = Request[Any, Any, Any]
@@ -133,7 +134,7 @@ class OperationController(Controller):
         ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
         expected = parse_if_match(request)
         result = await service.discard_draft(conn, ws, principal.actor, name, expected)
-        headers = {} if result.revision is None else {"ETag": etag(result.revision)}
+        headers = {} if result.revision is None else {"ETag": etag(expected.id, result.revision)}
         return Response(result, headers=headers)
 
     @post(
@@ -151,7 +152,7 @@ class OperationController(Controller):
         ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
         expected = parse_if_match(request)
         result = await service.publish_operation(conn, ws, principal.actor, name, expected)
-        return _publish_response(result)
+        return _publish_response(result, expected)
 
     @get("/{name:str}/versions", summary="List published versions, newest first")
     async def versions(
@@ -204,14 +205,17 @@ class OperationController(Controller):
         result = await service.rollback_operation(
             conn, ws, principal.actor, name, version, expected
         )
-        return _publish_response(result)
+        return _publish_response(result, expected)
 
 
-def _publish_response(result: service.PublishResult) -> Response[service.PublishResult]:
+def _publish_response(
+    result: service.PublishResult, expected: Precondition
+) -> Response[service.PublishResult]:
+    """The write succeeded, so ``expected`` named this very operation: its id is the row's."""
     return Response(
         result,
         status_code=HTTP_201_CREATED if result.changed else HTTP_200_OK,
-        headers={"ETag": etag(result.revision)},
+        headers={"ETag": etag(expected.id, result.revision)},
     )
 
 

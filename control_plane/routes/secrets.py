@@ -17,13 +17,7 @@ from litestar.params import FromPath, JSONBody
 
 from control_plane.auth import Role, load_workspace
 from control_plane.deps import Caller, CrankState, DbConn
-from control_plane.services.secrets import (
-    SecretView,
-    delete_secret,
-    get_secret_view,
-    list_secrets,
-    set_secret,
-)
+from control_plane.services.secrets import SecretView, delete_secret, list_secrets, set_secret
 
 
 class SecretSet(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -59,10 +53,8 @@ class SecretController(Controller):
         app_state: CrankState,
     ) -> Response[SecretView]:
         ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
-        created = await set_secret(conn, app_state.box, ws, principal.actor, name, data.value)
-        view = await get_secret_view(conn, ws.id, name)
-        assert view is not None
-        return Response(view, status_code=201 if created else 200)
+        stored = await set_secret(conn, app_state.box, ws, principal.actor, name, data.value)
+        return Response(stored.view, status_code=201 if stored.created else 200)
 
     @delete("/{name:str}", summary="Delete a secret")
     async def remove(

@@ -8,7 +8,12 @@ from litestar.params import FromPath, JSONBody
 
 from control_plane.auth import load_workspace, require_instance_admin
 from control_plane.deps import Caller, DbConn
-from control_plane.services.workspaces import WorkspaceView, create_workspace, list_workspaces
+from control_plane.services.workspaces import (
+    WorkspaceView,
+    create_workspace,
+    get_workspace,
+    list_workspaces,
+)
 
 
 class WorkspaceCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -57,7 +62,4 @@ class WorkspaceController(Controller):
         self, workspace: FromPath[str], conn: DbConn, principal: Caller
     ) -> WorkspaceView:
         ws = await load_workspace(conn, principal, workspace)
-        for view in await list_workspaces(conn, principal):
-            if view.slug == ws.slug:
-                return view
-        raise AssertionError("load_workspace returned a workspace list_workspaces hides")
+        return await get_workspace(conn, principal, ws)

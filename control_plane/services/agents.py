@@ -2,8 +2,8 @@
 published state that the gateways serve.
 
 ``revision`` versions the *draft*: every draft change bumps it and writes must
-name the revision they read (``expected_revision``; ``None`` skips the check,
-for ``crank apply``). Publish and unpublish take the same check, so a publish
+name the agent and revision they read (``expected``, from ``If-Match``; ``None``
+skips the check). Publish and unpublish take the same check, so a publish
 always publishes the draft its caller saw, but they leave ``revision`` alone:
 an editor's draft work is not invalidated by a colleague publishing.
 
@@ -25,11 +25,12 @@ import msgspec
 from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
 
-from control_plane.auth import Workspace
-from control_plane.errors import Conflict, NotFound, ValidationFailed
-from control_plane.etag import check_revision
+from control_plane.auth import Role, Workspace
+from control_plane.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from control_plane.etag import Precondition, check_revision
 from control_plane.services.audit import record
 from control_plane.services.catalog import bump_catalog
+from control_plane.services.constraints import refuse_check_violations
 from shared.db import Connection
 from shared.spec import AgentSpec, agent_from_builtins, spec_to_builtins
 from shared.spec_validation import FieldError, validate_agent
@@ -106,11 +107,17 @@ async def _lock_agent(conn: Connection, ws: Workspace, slug: str) -> AgentRow:
 
 async def _validate(conn: Connection, ws: Workspace, spec: AgentSpec) -> dict[str, Any]:
     """The stored draft, or ValidationFailed listing every problem (unknown
-    operation names included, reported on ``operations[i]``)."""
+    operation names included, reported on ``operations[i]``).
+
+    The bound operations are locked ``FOR KEY SHARE`` until the transaction
+    ends, so none of them can be deleted (a discard of a never-published
+    draft) between this check and the commit.
+    """
     errors = validate_agent(spec)
     flagged = {error.field for error in errors}
     cur = await conn.execute(
-        "SELECT name FROM operations WHERE workspace_id = %s AND name = ANY(%s)",
+        """SELECT name FROM operations WHERE workspace_id = %s AND name = ANY(%s)
+            ORDER BY id FOR KEY SHARE""",
         (ws.id, spec.operations),
     )
     existing = {row["name"] for row in await cur.fetchall()}
@@ -128,13 +135,14 @@ async def _validate(conn: Connection, ws: Workspace, spec: AgentSpec) -> dict[st
 async def create_agent(conn: Connection, ws: Workspace, actor: str, spec: AgentSpec) -> AgentRow:
     draft = await _validate(conn, ws, spec)
     try:
-        async with conn.transaction():
-            cur = await conn.execute(
-                f"""INSERT INTO agents (workspace_id, slug, draft) VALUES (%s, %s, %s)
-                    RETURNING {_COLUMNS}""",
-                (ws.id, spec.slug, Jsonb(draft)),
-            )
-            row = await cur.fetchone()
+        with refuse_check_violations():
+            async with conn.transaction():
+                cur = await conn.execute(
+                    f"""INSERT INTO agents (workspace_id, slug, draft) VALUES (%s, %s, %s)
+                        RETURNING {_COLUMNS}""",
+                    (ws.id, spec.slug, Jsonb(draft)),
+                )
+                row = await cur.fetchone()
     except pg_errors.UniqueViolation:
         raise Conflict(
             f"agent {spec.slug!r} already exists in workspace {ws.slug!r}", code="already_exists"
@@ -158,7 +166,7 @@ async def update_agent_draft(
     actor: str,
     slug: str,
     spec: AgentSpec,
-    expected_revision: int | None,
+    expected: Precondition | None,
 ) -> AgentRow:
     """Replace the draft. A draft equal to the stored one changes nothing (same
     revision, no audit row), so applying the same file twice is a no-op."""
@@ -167,8 +175,8 @@ async def update_agent_draft(
             [FieldError("slug", f"the body's slug {spec.slug!r} differs from the URL's {slug!r}")]
         )
     current = await _lock_agent(conn, ws, slug)
-    if expected_revision is not None:
-        check_revision(expected_revision, current.revision, f"agent {slug!r}")
+    if expected is not None:
+        check_revision(expected, current.id, current.revision, f"agent {slug!r}")
     draft = await _validate(conn, ws, spec)
     if draft == current.draft:
         return current
@@ -225,14 +233,14 @@ async def _catalog_warnings(
 
 
 async def publish_agent(
-    conn: Connection, ws: Workspace, actor: str, slug: str, expected_revision: int | None
+    conn: Connection, ws: Workspace, actor: str, slug: str, expected: Precondition | None
 ) -> AgentPublishResult:
     """Copy the draft into the published state. Publishing a draft that equals
     the published state makes no new version (``changed=False``) and no catalog
     bump; the warnings are reported either way."""
     current = await _lock_agent(conn, ws, slug)
-    if expected_revision is not None:
-        check_revision(expected_revision, current.revision, f"agent {slug!r}")
+    if expected is not None:
+        check_revision(expected, current.id, current.revision, f"agent {slug!r}")
     state = published_state(current.draft)
     warnings = await _catalog_warnings(conn, ws, state["operations"])
     if state == current.published:
@@ -274,12 +282,12 @@ async def publish_agent(
 
 
 async def unpublish_agent(
-    conn: Connection, ws: Workspace, actor: str, slug: str, expected_revision: int | None
+    conn: Connection, ws: Workspace, actor: str, slug: str, expected: Precondition | None
 ) -> AgentRow:
     """Take the agent off the gateways; unpublishing an unpublished agent is a no-op."""
     current = await _lock_agent(conn, ws, slug)
-    if expected_revision is not None:
-        check_revision(expected_revision, current.revision, f"agent {slug!r}")
+    if expected is not None:
+        check_revision(expected, current.id, current.revision, f"agent {slug!r}")
     if current.published is None:
         return current
     cur = await conn.execute(
@@ -303,19 +311,31 @@ async def unpublish_agent(
 
 
 async def delete_agent(
-    conn: Connection, ws: Workspace, actor: str, slug: str, expected_revision: int | None
+    conn: Connection, ws: Workspace, actor: str, slug: str, expected: Precondition | None
 ) -> None:
-    """Delete the agent; its API keys go with it (ON DELETE CASCADE)."""
+    """Delete the agent; its API keys go with it (ON DELETE CASCADE).
+
+    Owners only: keys are the owner's to manage, and this deletes them. The
+    catalog is bumped unless the gateways cannot tell the difference: an agent
+    that is not published and has no keys serves nothing and authenticates
+    no one.
+    """
+    if ws.role < Role.OWNER:
+        raise Forbidden(
+            f"deleting an agent deletes its API keys: this needs the owner role in workspace "
+            f"{ws.slug!r}; you are {ws.role.name.lower()}"
+        )
     current = await _lock_agent(conn, ws, slug)
-    if expected_revision is not None:
-        check_revision(expected_revision, current.revision, f"agent {slug!r}")
+    if expected is not None:
+        check_revision(expected, current.id, current.revision, f"agent {slug!r}")
     cur = await conn.execute(
         "SELECT count(*) AS keys FROM api_keys WHERE agent_id = %s", (current.id,)
     )
     keys = await cur.fetchone()
     assert keys is not None
     await conn.execute("DELETE FROM agents WHERE id = %s", (current.id,))
-    await bump_catalog(conn)
+    if current.published is not None or keys["keys"]:
+        await bump_catalog(conn)
     await record(
         conn,
         workspace_id=ws.id,

@@ -31,6 +31,7 @@ import msgspec
 
 from control_plane.auth import Workspace
 from control_plane.errors import ApiError
+from control_plane.etag import Precondition
 from control_plane.services import agents, operations
 from shared.db import Connection
 from shared.spec import AgentSpec, CrankFile, OperationSpec
@@ -163,11 +164,15 @@ async def _apply_operation(
         action = "create"
     else:
         before = row.revision
-        row = await operations.update_operation_draft(conn, ws, actor, spec.name, spec, before)
+        row = await operations.update_operation_draft(
+            conn, ws, actor, spec.name, spec, Precondition(row.id, before)
+        )
         action = "update" if row.revision != before else "unchanged"
     item = PlanItem(kind="operation", name=spec.name, action=action, version=row.latest_version)
     if publish:
-        result = await operations.publish_operation(conn, ws, actor, spec.name, row.revision)
+        result = await operations.publish_operation(
+            conn, ws, actor, spec.name, Precondition(row.id, row.revision)
+        )
         item.publish, item.version = result.changed, result.version
     return item
 
@@ -182,14 +187,18 @@ async def _apply_agent(
         action = "create"
     else:
         before = row.revision
-        row = await agents.update_agent_draft(conn, ws, actor, spec.slug, spec, before)
+        row = await agents.update_agent_draft(
+            conn, ws, actor, spec.slug, spec, Precondition(row.id, before)
+        )
         action = "update" if row.revision != before else "unchanged"
     item = PlanItem(kind="agent", name=spec.slug, action=action)
     if publish:
         # A no-op when the published state already equals the draft; the catalog
         # resolves bound operations to their latest versions by itself, so an
         # operation published above reaches the agent without a new agent version.
-        result = await agents.publish_agent(conn, ws, actor, spec.slug, row.revision)
+        result = await agents.publish_agent(
+            conn, ws, actor, spec.slug, Precondition(row.id, row.revision)
+        )
         row = result.agent
         item.publish = result.changed
         item.warnings = [PlanWarning(code=w.code, message=w.message) for w in result.warnings]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +22,8 @@ from shared.spec_validation import FieldError
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
 _CURSOR_PREFIX = "a:"
+_ID = re.compile(r"[0-9]{1,19}")
+_MAX_BIGINT = 2**63 - 1
 
 
 class AuditEntry(msgspec.Struct, kw_only=True):
@@ -48,9 +51,13 @@ def decode_cursor(cursor: str) -> int:
     except (binascii.Error, UnicodeDecodeError):
         text = ""
     number = text.removeprefix(_CURSOR_PREFIX)
-    if not text.startswith(_CURSOR_PREFIX) or not number.isdecimal():
+    # Ids are bigint: anything longer or larger is not a cursor this API made.
+    if not text.startswith(_CURSOR_PREFIX) or not _ID.fullmatch(number):
         raise ValidationFailed([FieldError("cursor", "not a cursor this API returned")])
-    return int(number)
+    last_id = int(number)
+    if last_id > _MAX_BIGINT:
+        raise ValidationFailed([FieldError("cursor", "not a cursor this API returned")])
+    return last_id
 
 
 async def list_audit(

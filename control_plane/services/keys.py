@@ -19,6 +19,7 @@ from control_plane.auth import Workspace
 from control_plane.errors import Conflict, NotFound, ValidationFailed
 from control_plane.services.audit import record
 from control_plane.services.catalog import bump_catalog
+from control_plane.services.constraints import refuse_check_violations
 from shared.crypto import KeyHasher
 from shared.db import Connection
 from shared.keys import KeyKind, display_prefix, generate_key, parse_key
@@ -107,15 +108,25 @@ async def create_api_key(
     key = key or generate_key(KeyKind(kind))
     prefix = display_prefix(key)
     try:
-        async with conn.transaction():
-            cur = await conn.execute(
-                """INSERT INTO api_keys
-                       (workspace_id, agent_id, kind, prefix, hash, name, created_by, expires_at)
-                   VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
-                   RETURNING id, created_at""",
-                (ws.id, agent_row["id"], kind, prefix, hasher.hash(key), name, actor, expires_at),
-            )
-            row = await cur.fetchone()
+        with refuse_check_violations():
+            async with conn.transaction():
+                cur = await conn.execute(
+                    """INSERT INTO api_keys
+                           (workspace_id, agent_id, kind, prefix, hash, name, created_by, expires_at)
+                       VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+                       RETURNING id, created_at""",
+                    (
+                        ws.id,
+                        agent_row["id"],
+                        kind,
+                        prefix,
+                        hasher.hash(key),
+                        name,
+                        actor,
+                        expires_at,
+                    ),
+                )
+                row = await cur.fetchone()
     except pg_errors.UniqueViolation:
         raise Conflict(f"key {prefix}... is registered already", code="already_exists") from None
     except pg_errors.ForeignKeyViolation:  # the agent was deleted meanwhile

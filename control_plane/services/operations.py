@@ -26,9 +26,10 @@ from psycopg.types.json import Jsonb
 
 from control_plane.auth import Workspace
 from control_plane.errors import Conflict, NotFound, ValidationFailed
-from control_plane.etag import check_revision
+from control_plane.etag import Precondition, check_revision
 from control_plane.services.audit import record
 from control_plane.services.catalog import bump_catalog
+from control_plane.services.constraints import refuse_check_violations
 from shared.db import Connection
 from shared.spec import OperationSpec, operation_from_builtins, spec_to_builtins
 from shared.spec_validation import FieldError, validate_operation
@@ -145,9 +146,9 @@ async def require_operation(conn: Connection, ws: Workspace, name: str) -> Opera
     return row
 
 
-def _check_revision(row: OperationRow, expected: int | None) -> None:
+def _check_revision(row: OperationRow, expected: Precondition | None) -> None:
     if expected is not None:
-        check_revision(expected, row.revision, f"operation {row.name!r}")
+        check_revision(expected, row.id, row.revision, f"operation {row.name!r}")
 
 
 async def list_operations(
@@ -182,11 +183,13 @@ async def create_operation(
 ) -> OperationRow:
     _validate(spec)
     try:
-        async with conn.transaction():  # a savepoint: the caller's transaction stays usable
-            await conn.execute(
-                "INSERT INTO operations (workspace_id, name, draft) VALUES (%s, %s, %s)",
-                (ws.id, spec.name, Jsonb(spec_to_builtins(spec))),
-            )
+        # A savepoint: the caller's transaction stays usable.
+        with refuse_check_violations():
+            async with conn.transaction():
+                await conn.execute(
+                    "INSERT INTO operations (workspace_id, name, draft) VALUES (%s, %s, %s)",
+                    (ws.id, spec.name, Jsonb(spec_to_builtins(spec))),
+                )
     except pg_errors.UniqueViolation:
         raise Conflict(
             f"operation {spec.name!r} already exists in workspace {ws.slug!r}",
@@ -223,15 +226,15 @@ async def update_operation_draft(
     actor: str,
     name: str,
     spec: OperationSpec,
-    expected_revision: int | None,
+    expected: Precondition | None,
 ) -> OperationRow:
-    """Replace the draft. ``expected_revision`` None: the caller already holds the lock."""
+    """Replace the draft. ``expected`` None: the caller already holds the lock."""
     if spec.name != name:
         raise ValidationFailed(
             [FieldError("name", f"the body names {spec.name!r} but the URL names {name!r}")]
         )
     row = await lock_operation(conn, ws, name)
-    _check_revision(row, expected_revision)
+    _check_revision(row, expected)
     _validate(spec)
     draft = spec_to_builtins(spec)
     if draft == row.draft:
@@ -250,11 +253,11 @@ async def update_operation_draft(
 
 
 async def discard_draft(
-    conn: Connection, ws: Workspace, actor: str, name: str, expected_revision: int | None
+    conn: Connection, ws: Workspace, actor: str, name: str, expected: Precondition | None
 ) -> DiscardResult:
     """Reset the draft to the latest version; an operation never published is deleted."""
     row = await lock_operation(conn, ws, name)
-    _check_revision(row, expected_revision)
+    _check_revision(row, expected)
     if row.latest_spec is None:
         await conn.execute("DELETE FROM operations WHERE id = %s", (row.id,))
         result = DiscardResult(name=name, deleted=True, revision=None, latest_version=None)
@@ -280,7 +283,12 @@ async def discard_draft(
 
 
 async def _check_publishable(conn: Connection, ws: Workspace, spec_value: dict[str, Any]) -> None:
-    """What every publish checks again: the spec is valid and its secrets exist."""
+    """What every publish checks again: the spec is valid and its secrets exist.
+
+    The secret row is locked ``FOR KEY SHARE`` until the transaction ends, so
+    a concurrent delete of it waits for this publish instead of leaving a
+    published version that names a secret that is gone.
+    """
     try:
         spec = operation_from_builtins(spec_value)
     except msgspec.ValidationError as exc:  # stored before a format change
@@ -289,7 +297,8 @@ async def _check_publishable(conn: Connection, ws: Workspace, spec_value: dict[s
     auth = spec.request.auth
     if auth is not None:
         cur = await conn.execute(
-            "SELECT 1 FROM secrets WHERE workspace_id = %s AND name = %s", (ws.id, auth.secret)
+            "SELECT 1 FROM secrets WHERE workspace_id = %s AND name = %s FOR KEY SHARE",
+            (ws.id, auth.secret),
         )
         if await cur.fetchone() is None:
             errors.append(
@@ -330,11 +339,11 @@ async def _new_version(
 
 
 async def publish_operation(
-    conn: Connection, ws: Workspace, actor: str, name: str, expected_revision: int | None
+    conn: Connection, ws: Workspace, actor: str, name: str, expected: Precondition | None
 ) -> PublishResult:
     """Publish the draft as version latest+1; no version when it is the latest already."""
     row = await lock_operation(conn, ws, name)
-    _check_revision(row, expected_revision)
+    _check_revision(row, expected)
     if not row.draft_changed:
         assert row.latest_version is not None
         return PublishResult(
@@ -360,11 +369,11 @@ async def rollback_operation(
     actor: str,
     name: str,
     version: int,
-    expected_revision: int | None,
+    expected: Precondition | None,
 ) -> PublishResult:
     """Publish an earlier version's spec as a new version and make it the draft too."""
     row = await lock_operation(conn, ws, name)
-    _check_revision(row, expected_revision)
+    _check_revision(row, expected)
     target = await get_version(conn, ws, name, version)
     republish = target.spec != row.latest_spec
     if republish:
@@ -429,11 +438,11 @@ async def diff_operation(conn: Connection, ws: Workspace, name: str) -> Diff:
     )
 
 
-_PLAIN_KEY = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$-]*$")
+_PLAIN_KEY = re.compile(r"[A-Za-z_$][A-Za-z0-9_$-]*")
 
 
 def _child_path(path: str, key: str) -> str:
-    if _PLAIN_KEY.match(key):
+    if _PLAIN_KEY.fullmatch(key):
         return f"{path}.{key}" if path else key
     return f"{path}[{msgspec.json.encode(key).decode()}]"
 

@@ -13,15 +13,15 @@ from datetime import datetime
 import msgspec
 
 from control_plane.auth import Workspace
-from control_plane.errors import Conflict, NotFound, ValidationFailed
+from control_plane.errors import NotFound, ValidationFailed
 from control_plane.services.audit import record
 from control_plane.services.catalog import bump_catalog
-from shared.crypto import SecretBox, secret_associated_data
+from control_plane.services.constraints import refuse_check_violations
+from shared.crypto import CryptoError, Sealed, SecretBox, secret_associated_data
 from shared.db import Connection
 from shared.spec_validation import SECRET_NAME, FieldError
 
 MAX_SECRET_BYTES = 64 * 1024
-_UPSERT_ATTEMPTS = 3
 
 
 class SecretView(msgspec.Struct, kw_only=True):
@@ -30,9 +30,15 @@ class SecretView(msgspec.Struct, kw_only=True):
     updated_at: datetime
 
 
+class StoredSecret(msgspec.Struct, kw_only=True, frozen=True):
+    view: SecretView
+    created: bool  # False: an existing secret was replaced (or already held the value)
+    changed: bool  # False: it already held this value, sealed with the current key
+
+
 def _check(name: str, value: str) -> None:
     errors: list[FieldError] = []
-    if not SECRET_NAME.match(name):
+    if not SECRET_NAME.fullmatch(name):
         errors.append(FieldError("name", "1-128 characters of letters, digits, _, . and -"))
     if not value:
         errors.append(FieldError("value", "a secret value cannot be empty"))
@@ -50,51 +56,62 @@ async def list_secrets(conn: Connection, workspace_id: int) -> list[SecretView]:
     return [SecretView(**row) for row in await cur.fetchall()]
 
 
-async def get_secret_view(conn: Connection, workspace_id: int, name: str) -> SecretView | None:
+async def _unchanged(
+    conn: Connection, box: SecretBox, ws: Workspace, name: str, value: str
+) -> SecretView | None:
+    """The stored secret if it already holds ``value`` under the current key.
+
+    Locks the row, so the answer holds until the transaction ends. A value
+    sealed with a previous key counts as changed: storing it again re-seals it
+    with the current one, which is how an operator finishes a key rotation.
+    """
     cur = await conn.execute(
-        "SELECT name, created_at, updated_at FROM secrets WHERE workspace_id = %s AND name = %s",
-        (workspace_id, name),
+        """SELECT name, created_at, updated_at, ciphertext, nonce, key_id FROM secrets
+            WHERE workspace_id = %s AND name = %s FOR UPDATE""",
+        (ws.id, name),
     )
     row = await cur.fetchone()
-    return SecretView(**row) if row else None
+    if row is None or row["key_id"] != box.current_key_id:
+        return None
+    sealed = Sealed(bytes(row["ciphertext"]), bytes(row["nonce"]), row["key_id"])
+    try:
+        stored = box.open(sealed, secret_associated_data(ws.id, name))
+    except CryptoError:
+        return None
+    if stored != value:
+        return None
+    return SecretView(name=row["name"], created_at=row["created_at"], updated_at=row["updated_at"])
 
 
 async def set_secret(
     conn: Connection, box: SecretBox, ws: Workspace, actor: str, name: str, value: str
-) -> bool:
-    """Create or replace a secret; True when it was created."""
+) -> StoredSecret:
+    """Create or replace a secret in one upsert. Storing the value a secret
+    already holds changes nothing: no write, no catalog bump, no audit row."""
     _check(name, value)
+    unchanged = await _unchanged(conn, box, ws, name, value)
+    if unchanged is not None:
+        return StoredSecret(view=unchanged, created=False, changed=False)
     sealed = box.seal(value, secret_associated_data(ws.id, name))
-    params = {
-        "ws": ws.id,
-        "name": name,
-        "ciphertext": sealed.ciphertext,
-        "nonce": sealed.nonce,
-        "key_id": sealed.key_id,
-    }
-    created = False
-    for _attempt in range(_UPSERT_ATTEMPTS):
-        cur = await conn.execute(
-            """UPDATE secrets SET ciphertext = %(ciphertext)s, nonce = %(nonce)s,
-                      key_id = %(key_id)s, updated_at = now()
-                WHERE workspace_id = %(ws)s AND name = %(name)s RETURNING id""",
-            params,
-        )
-        if await cur.fetchone() is not None:
-            break
-        # Not there: insert. A concurrent insert of the same name makes this a
-        # no-op, and the next UPDATE (a new statement, a new snapshot) finds it.
+    with refuse_check_violations():
         cur = await conn.execute(
             """INSERT INTO secrets (workspace_id, name, ciphertext, nonce, key_id)
                VALUES (%(ws)s, %(name)s, %(ciphertext)s, %(nonce)s, %(key_id)s)
-               ON CONFLICT (workspace_id, name) DO NOTHING RETURNING id""",
-            params,
+               ON CONFLICT (workspace_id, name) DO UPDATE
+                  SET ciphertext = excluded.ciphertext, nonce = excluded.nonce,
+                      key_id = excluded.key_id, updated_at = now()
+               RETURNING (xmax = 0) AS created, name, created_at, updated_at""",
+            {
+                "ws": ws.id,
+                "name": name,
+                "ciphertext": sealed.ciphertext,
+                "nonce": sealed.nonce,
+                "key_id": sealed.key_id,
+            },
         )
-        if await cur.fetchone() is not None:
-            created = True
-            break
-    else:  # the row kept appearing and vanishing under concurrent writers
-        raise Conflict(f"secret {name!r} is being changed concurrently; try again")
+    row = await cur.fetchone()
+    assert row is not None
+    created = bool(row.pop("created"))
     await bump_catalog(conn)
     await record(
         conn,
@@ -105,7 +122,7 @@ async def set_secret(
         resource_name=name,
         details={"key_id": sealed.key_id},
     )
-    return created
+    return StoredSecret(view=SecretView(**row), created=created, changed=True)
 
 
 async def delete_secret(conn: Connection, ws: Workspace, actor: str, name: str) -> None:

@@ -7,9 +7,10 @@ from datetime import datetime
 import msgspec
 from psycopg import errors as pg_errors
 
-from control_plane.auth import Principal, Role
+from control_plane.auth import Principal, Workspace
 from control_plane.errors import Conflict, ValidationFailed
 from control_plane.services.audit import record
+from control_plane.services.constraints import refuse_check_violations
 from shared.db import Connection
 from shared.spec_validation import SLUG, FieldError
 
@@ -21,6 +22,10 @@ class WorkspaceView(msgspec.Struct, kw_only=True):
     created_at: datetime
 
 
+def _role_label(principal: Principal, ws_role: str) -> str:
+    return "admin" if principal.is_instance_admin else ws_role
+
+
 async def list_workspaces(conn: Connection, principal: Principal) -> list[WorkspaceView]:
     cur = await conn.execute("SELECT id, slug, title, created_at FROM workspaces ORDER BY slug")
     views = []
@@ -28,28 +33,44 @@ async def list_workspaces(conn: Connection, principal: Principal) -> list[Worksp
         role = principal.role_in(row["id"])
         if role is None:
             continue
-        label = "admin" if principal.is_instance_admin else role.name.lower()
         views.append(
             WorkspaceView(
-                slug=row["slug"], title=row["title"], role=label, created_at=row["created_at"]
+                slug=row["slug"],
+                title=row["title"],
+                role=_role_label(principal, role.name.lower()),
+                created_at=row["created_at"],
             )
         )
     return views
 
 
+async def get_workspace(conn: Connection, principal: Principal, ws: Workspace) -> WorkspaceView:
+    """One workspace the caller may see (``ws`` from ``load_workspace``)."""
+    cur = await conn.execute("SELECT created_at FROM workspaces WHERE id = %s", (ws.id,))
+    row = await cur.fetchone()
+    assert row is not None  # load_workspace just found it, in this transaction
+    return WorkspaceView(
+        slug=ws.slug,
+        title=ws.title,
+        role=_role_label(principal, ws.role.name.lower()),
+        created_at=row["created_at"],
+    )
+
+
 async def create_workspace(
     conn: Connection, principal: Principal, slug: str, title: str
 ) -> WorkspaceView:
-    if not SLUG.match(slug):
+    if not SLUG.fullmatch(slug):
         raise ValidationFailed(
             [FieldError("slug", "1-63 lowercase letters, digits and -, starting alnum")]
         )
     try:
-        async with conn.transaction():
-            cur = await conn.execute(
-                "INSERT INTO workspaces (slug, title) VALUES (%s, %s) RETURNING id, created_at",
-                (slug, title),
-            )
+        with refuse_check_violations():
+            async with conn.transaction():
+                cur = await conn.execute(
+                    "INSERT INTO workspaces (slug, title) VALUES (%s, %s) RETURNING id, created_at",
+                    (slug, title),
+                )
     except pg_errors.UniqueViolation:
         raise Conflict(f"workspace {slug!r} already exists", code="already_exists") from None
     row = await cur.fetchone()
@@ -64,6 +85,3 @@ async def create_workspace(
         details={"title": title},
     )
     return WorkspaceView(slug=slug, title=title, role="admin", created_at=row["created_at"])
-
-
-ROLE_NAMES = {role.name.lower(): role for role in Role}
