@@ -4,13 +4,28 @@ One ASGI callable fronts the process: the MCP endpoint
 (``/mcp/v1/{workspace}/{agent}`` and ``/v1/...``) goes straight to the lean
 handler; ``/healthz`` and ``/readyz`` are answered here. Metrics have their own
 port (``CRANK_METRICS_PORT``).
+
+``/readyz`` answers 200 ``ready`` while the snapshot is current, 503
+``starting`` before the first snapshot, and 503 ``degraded`` while the
+database is unreachable or the snapshot is older than three refresh
+intervals; a degraded gateway keeps serving its last snapshot
+(mcp_gateway.refresher).
+
+Shutdown: granian waits for open answers before it runs the lifespan
+shutdown, and SSE streams never end by themselves, so the first SIGTERM or
+SIGINT ends every stream at once (``StreamHub.shut_down``); granian's own
+handling of the signal runs as before.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
+import signal
+import threading
 import time
+from types import FrameType
 from typing import Any
 
 import structlog
@@ -21,13 +36,14 @@ from mcp_gateway.asgi import Receive, Scope, Send, respond
 from mcp_gateway.jsonrpc import encode
 from mcp_gateway.keys import KeyResolver
 from mcp_gateway.metrics import SNAPSHOT_VERSION, start_metrics_server
-from mcp_gateway.refresher import Refresher
+from mcp_gateway.refresher import Refresher, resilient_conninfo
 from mcp_gateway.sessions import SessionSigner
 from mcp_gateway.snapshot import Snapshot
 from mcp_gateway.state import GatewayState
 from mcp_gateway.streams import StreamHub
 from shared.crypto import KeyHasher
 from shared.db import open_pool
+from shared.last_use import LastUseRecorder
 from shared.logging import configure_logging
 from shared.settings import Settings, SettingsError, load_settings
 
@@ -44,6 +60,7 @@ class GatewayApp:
         self.secret_key = settings.require_secret_key()
         self.state: GatewayState | None = None
         self._metrics: web.AppRunner | None = None
+        self._chained_signals: dict[int, Any] = {}  # signal -> the handler we chained to
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -52,7 +69,7 @@ class GatewayApp:
         if scope["type"] != "http":
             return
         path: str = scope["path"]
-        match = MCP_PATH.match(path)
+        match = MCP_PATH.fullmatch(path)
         state = self.state
         if state is None:
             await respond(send, 503, encode({"status": "starting"}))
@@ -73,6 +90,7 @@ class GatewayApp:
             "snapshot_age_s": round(time.monotonic() - refresher.last_success, 3)
             if refresher.loaded
             else None,
+            "database_reachable": refresher.database_reachable,
             "listening": refresher.listening,
         }
         if not refresher.loaded:
@@ -100,12 +118,21 @@ class GatewayApp:
         settings = self.settings
         configure_logging(settings.log_level)
         assert settings.database_url is not None
+        conninfo = resilient_conninfo(settings.database_url)
         # Autocommit: the gateway mostly reads; multi-statement work opens its own transaction.
+        # Checked connections and a short reconnect backoff: after an outage the pool
+        # recovers within seconds, not minutes.
         pool = await open_pool(
-            settings.database_url, max_size=settings.db_pool_size, name="gateway", autocommit=True
+            conninfo,
+            max_size=settings.db_pool_size,
+            name="gateway",
+            autocommit=True,
+            check=True,
+            reconnect_timeout_s=10.0,
         )
         streams = StreamHub()
-        keys = KeyResolver(KeyHasher(self.secret_key, settings.secret_key_previous), pool)
+        self._end_streams_on_signal(streams)
+        hasher = KeyHasher(self.secret_key, settings.secret_key_previous)
 
         def swapped(old: Snapshot, new: Snapshot) -> None:
             keys.snapshot_swapped(new)
@@ -113,12 +140,13 @@ class GatewayApp:
             SNAPSHOT_VERSION.set(new.version)
 
         refresher = Refresher(
-            settings.database_url,
-            pool,
+            conninfo,
             refresh_s=settings.mcp_refresh_ms / 1000,
             listen=settings.mcp_listen,
             on_swap=swapped,
+            page_size=settings.mcp_tools_page_size,
         )
+        keys = KeyResolver(hasher, pool, database_reachable=lambda: refresher.database_reachable)
         await refresher.start()
         self.state = GatewayState(
             settings=settings,
@@ -127,7 +155,9 @@ class GatewayApp:
             keys=keys,
             sessions=SessionSigner(self.secret_key, settings.mcp_session_ttl_s),
             streams=streams,
+            key_use=LastUseRecorder("api_keys"),
         )
+        self.state.key_use.start(pool)
         try:
             self._metrics = await start_metrics_server(
                 settings.host,
@@ -138,13 +168,47 @@ class GatewayApp:
             log.warning("metrics_port_unavailable", port=settings.metrics_port, error=str(exc))
         log.info("gateway_started", snapshot_version=refresher.snapshot.version)
 
+    def _end_streams_on_signal(self, streams: StreamHub) -> None:
+        """Chain a handler for SIGTERM and SIGINT in front of the server's own.
+
+        asyncio dispatches its signal handlers through the wake-up fd, not the
+        Python-level handler this replaces, so the server's handling stays intact.
+        Where the server installed none (the default action kills the process
+        anyway) or we are not in the main thread, nothing is installed.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.getsignal(signum)
+            if not callable(previous):
+                continue
+
+            def handler(number: int, frame: FrameType | None, previous: Any = previous) -> None:
+                if not loop.is_closed():
+                    loop.call_soon_threadsafe(streams.shut_down)
+                previous(number, frame)
+
+            signal.signal(signum, handler)
+            self._chained_signals[signum] = previous
+
+    def _unchain_signals(self) -> None:
+        while self._chained_signals:
+            signum, previous = self._chained_signals.popitem()
+            signal.signal(signum, previous)
+
     async def _stop(self) -> None:
+        log.info("gateway_stopping")
         if self._metrics is not None:
             with contextlib.suppress(Exception):
                 await self._metrics.cleanup()
+        self._unchain_signals()
         if self.state is not None:
+            self.state.streams.shut_down()
+            await self.state.key_use.stop(self.state.pool)
             await self.state.refresher.stop()
             await self.state.pool.close()
+        log.info("gateway_stopped")
 
 
 def create_app(settings: Settings | None = None) -> GatewayApp:

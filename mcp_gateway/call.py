@@ -11,6 +11,24 @@ from mcp_gateway.state import GatewayState
 
 LEGACY_VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25")
 MODERN_VERSIONS = ("2026-07-28",)
+# Metric labels: a client names any method it likes; only these get a series of their own.
+_LABELLED = {
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "server/discover",
+    "subscriptions/listen",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "notifications/initialized",
+    "response",
+    "batch",
+    "GET",
+    "DELETE",
+    "-",
+}
 
 
 @dataclass(slots=True)
@@ -27,10 +45,14 @@ class Call:
     request_id: str
     rpc_method: str = "-"  # for metrics and logs, once known
 
+    @property
+    def label(self) -> str:
+        return self.rpc_method if self.rpc_method in _LABELLED else "other"
+
     async def answer(
         self, status: int, body: bytes = b"", headers: dict[str, str] | None = None
     ) -> None:
-        REQUESTS.labels(self.rpc_method, str(status)).inc()
+        REQUESTS.labels(self.label, str(status)).inc()
         await respond(self.send, status, body, headers=headers)
 
 

@@ -19,6 +19,7 @@ from mcp_gateway import legacy, modern
 from mcp_gateway.asgi import Headers, Receive, Scope, Send, respond
 from mcp_gateway.call import LEGACY_VERSIONS, Call
 from mcp_gateway.jsonrpc import encode, error
+from mcp_gateway.keys import RETRY_AFTER_S, KeyLookupUnavailable
 from mcp_gateway.metrics import LATENCY, REQUESTS
 from mcp_gateway.state import GatewayState
 
@@ -27,13 +28,14 @@ log = structlog.get_logger(__name__)
 _LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1"}
 
 
-def origin_allowed(origin: str, allowed: tuple[str, ...]) -> bool:
+def origin_allowed(origin: str, allowed: tuple[str, ...], *, loopback_ok: bool) -> bool:
     """Browsers send Origin; a page on another site must not reach the gateway
-    (DNS rebinding). Configured origins and loopback pages are allowed."""
+    (DNS rebinding). ``CRANK_ALLOWED_ORIGINS`` are allowed; loopback pages too,
+    but only while the gateway itself listens on loopback (a local run)."""
     if origin.rstrip("/") in allowed:
         return True
     host = urlsplit(origin).hostname
-    return host is not None and host in _LOOPBACK_HOSTS
+    return loopback_ok and host is not None and host in _LOOPBACK_HOSTS
 
 
 async def _plain_error(
@@ -53,13 +55,21 @@ async def handle(
     started = time.perf_counter()
     headers = Headers(scope)
     origin = headers.get("origin")
-    if origin is not None and not origin_allowed(origin, state.settings.allowed_origins):
+    loopback_ok = state.settings.host in _LOOPBACK_HOSTS
+    if origin is not None and not origin_allowed(
+        origin, state.settings.allowed_origins, loopback_ok=loopback_ok
+    ):
         await _plain_error(send, 403, "Origin not allowed")
         return
 
     token = _bearer(headers)
     snapshot = state.refresher.snapshot
-    key = await state.keys.resolve(token, snapshot) if token else None
+    try:
+        key = await state.keys.resolve(token, snapshot) if token else None
+    except KeyLookupUnavailable:  # 503, not 401: the key may be valid (mcp_gateway.keys)
+        retry = {"Retry-After": str(RETRY_AFTER_S)}
+        await _plain_error(send, 503, "cannot check this API key now; retry", retry)
+        return
     if key is None:
         await _plain_error(
             send,
@@ -77,6 +87,7 @@ async def handle(
         await _plain_error(send, 403, f"this is {reason}; use the agent's own API key")
         return
 
+    state.key_use.mark(key.id)  # written in batches off the hot path
     call = Call(state, scope, receive, send, headers, agent, key, "req_" + secrets.token_hex(8))
     structlog.contextvars.bind_contextvars(request_id=call.request_id, agent=f"{workspace}/{slug}")
     try:
@@ -90,7 +101,7 @@ async def handle(
         else:
             await legacy.handle(call, method, version_header or None)
     finally:
-        LATENCY.labels(call.rpc_method).observe(time.perf_counter() - started)
+        LATENCY.labels(call.label).observe(time.perf_counter() - started)
         structlog.contextvars.unbind_contextvars("request_id", "agent")
 
 

@@ -4,28 +4,50 @@ A key created a moment ago is not in the snapshot yet; the first request
 with it looks it up once and keeps it until the next snapshot (which then
 holds it). Unknown keys are remembered briefly, so a flood of wrong keys
 costs one query per distinct key per ``NEGATIVE_TTL_S``.
+
+When that look-up cannot be made (the refresher finds the database
+unreachable, or the query does not answer within ``LOOKUP_TIMEOUT_S``),
+``resolve`` raises ``KeyLookupUnavailable`` and the endpoint answers 503 with
+``Retry-After``, never 401: the gateway cannot tell a key created during the
+outage from a wrong one, and a 401 tells a client to give up on its key. Keys
+in the snapshot keep working through an outage.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from mcp_gateway.snapshot import Key, Snapshot
 from shared.crypto import KeyHasher
-from shared.db import Connection
+from shared.db import Connection, within
 from shared.keys import KeyKind, parse_key
 
 NEGATIVE_TTL_S = 2.0
+LOOKUP_TIMEOUT_S = 2.0
+RETRY_AFTER_S = 2
 _MAX_REMEMBERED = 10_000
 
 
+class KeyLookupUnavailable(Exception):
+    """The key is not in the snapshot and the database cannot be asked now."""
+
+
 class KeyResolver:
-    def __init__(self, hasher: KeyHasher, pool: AsyncConnectionPool[Connection]) -> None:
+    def __init__(
+        self,
+        hasher: KeyHasher,
+        pool: AsyncConnectionPool[Connection],
+        *,
+        database_reachable: Callable[[], bool] = lambda: True,
+    ) -> None:
         self._hasher = hasher
         self._pool = pool
+        self._database_reachable = database_reachable
         self._fresh: dict[bytes, Key] = {}
         self._unknown: dict[bytes, float] = {}
 
@@ -47,7 +69,13 @@ class KeyResolver:
         primary = candidates[0]
         if self._unknown.get(primary, 0.0) > time.monotonic():
             return None
-        key = await self._look_up(candidates)
+        if not self._database_reachable():
+            raise KeyLookupUnavailable  # fail fast instead of waiting for a pool that is down
+        try:
+            key = await within(LOOKUP_TIMEOUT_S, self._look_up(candidates))
+        except (psycopg.OperationalError, psycopg.InterfaceError, TimeoutError) as exc:
+            # PoolTimeout is an OperationalError.
+            raise KeyLookupUnavailable from exc
         if key is None:
             if len(self._unknown) >= _MAX_REMEMBERED:
                 self._unknown.clear()
@@ -59,7 +87,7 @@ class KeyResolver:
         return key
 
     async def _look_up(self, candidates: list[bytes]) -> Key | None:
-        async with self._pool.connection() as conn:
+        async with self._pool.connection(timeout=LOOKUP_TIMEOUT_S) as conn:
             cur = await conn.execute(
                 """SELECT id, kind, agent_id, expires_at FROM api_keys
                     WHERE hash = ANY(%s) AND revoked_at IS NULL

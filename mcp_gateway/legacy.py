@@ -41,6 +41,7 @@ from mcp_gateway.jsonrpc import (
 from mcp_gateway.metrics import REQUESTS
 from mcp_gateway.sessions import MalformedSessionId, SessionClaims, session_hash
 from mcp_gateway.streams import LIST_CHANGED, serve_stream
+from shared.db import within
 
 log = structlog.get_logger(__name__)
 
@@ -219,7 +220,7 @@ async def _reply(
     if json_ok:
         await call.answer(200, body, headers)
         return
-    REQUESTS.labels(call.rpc_method, "200").inc()
+    REQUESTS.labels(call.label, "200").inc()
     await start_stream(call.send, headers)
     await send_event(call.send, body)
     await end_stream(call.send)
@@ -257,7 +258,8 @@ async def _delete(call: Call, version_header: str | None) -> None:
         return
     digest = session_hash((call.headers.get("mcp-session-id") or "").strip())
     expires = call.state.sessions.expires_at(claims)
-    try:
+
+    async def record() -> None:
         async with call.state.pool.connection(timeout=5) as conn:
             await conn.execute(
                 """INSERT INTO mcp_session_terminations (session_hash, expires_at)
@@ -265,8 +267,15 @@ async def _delete(call: Call, version_header: str | None) -> None:
                 (digest, datetime.fromtimestamp(expires, UTC)),
             )
             await conn.execute("SELECT pg_notify('crank_sessions', '')")
+
+    recorded = call.state.refresher.database_reachable  # fail fast during an outage
+    try:
+        if recorded:
+            await within(5, record())  # a hard bound, even if the server stopped answering
     except (psycopg.Error, TimeoutError):
         log.warning("session_delete_failed", exc_info=True)
+        recorded = False
+    if not recorded:
         await _bad(call, 503, INTERNAL_ERROR, "cannot end the session now; retry")
         return
     call.state.refresher.note_termination(digest, expires)

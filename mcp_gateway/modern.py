@@ -197,7 +197,7 @@ async def _reply(call: Call, body: bytes) -> None:
     if accepted is None or accepted[0]:
         await call.answer(200, body)
         return
-    REQUESTS.labels(call.rpc_method, "200").inc()
+    REQUESTS.labels(call.label, "200").inc()
     await start_stream(call.send)
     await send_event(call.send, body)
     await end_stream(call.send)

@@ -3,57 +3,118 @@
 Every ``CRANK_MCP_REFRESH_MS`` one tiny query reads the catalog version and the
 newest termination id; only a change costs more. LISTEN wakes the loop at
 once on a publish or a session DELETE; polling alone still works (behind
-PgBouncer, or while the listening connection is down). When Postgres goes
-away the last snapshot keeps serving, ``ready`` turns false, and the loop
-recovers by itself.
+PgBouncer, or while the listening connection is down).
+
+Postgres outages. The refresher polls on a connection of its own, not one
+from the request pool, so that it notices an outage at the first failed poll
+and a recovery at the first good one, whatever the pool is doing. While polls
+fail, the last snapshot keeps serving, ``database_reachable`` and ``ready``
+are false (``/readyz`` answers 503 ``degraded``) and polls are retried every
+``_RETRY_MAX_S`` at most; the first poll that succeeds ends the outage. The
+LISTEN connection reconnects by itself with a backoff, proves that it is alive
+with a ``SELECT 1`` whenever it has been quiet for ``_LISTEN_CHECK_S`` (a peer
+that vanished without a FIN never errors otherwise), and on reconnecting wakes
+the poll, so a publish made during the outage shows at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Callable
+from typing import Any
 
+import psycopg
 import structlog
-from psycopg_pool import AsyncConnectionPool
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from mcp_gateway.snapshot import Snapshot, load_snapshot
-from shared.db import Connection, connect
+from mcp_gateway.snapshot import DEFAULT_TOOLS_PAGE_SIZE, Snapshot, load_snapshot
+from shared.db import Connection, connect, within
 
 log = structlog.get_logger(__name__)
 
 CHANNELS = ("crank_catalog", "crank_sessions")
+# Connecting plus the version query, and a whole snapshot load, may take this long.
+_PROBE_TIMEOUT_S = 5.0
+_LOAD_TIMEOUT_S = 30.0
+# While the database is unreachable, polls are retried at least this often.
+_RETRY_MIN_S, _RETRY_MAX_S = 0.25, 2.0
+_LISTEN_CHECK_S = 30.0
+_LISTEN_BACKOFF_MAX_S = 5.0
+# Errors that mean "the database cannot be reached or did not answer in time".
+_UNREACHABLE = (psycopg.OperationalError, psycopg.InterfaceError, OSError, TimeoutError)
+# Connection defaults that turn a dead or silent server into an error instead of a hang.
+_CONNECT_DEFAULTS = {
+    "connect_timeout": "5",
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+}
+
+
+_PROBE_SQL = """SELECT (SELECT version FROM catalog_state) AS version,
+                       (SELECT coalesce(max(id), 0) FROM mcp_session_terminations) AS ended"""
+_TERMINATIONS_SQL = """SELECT id, session_hash, extract(epoch FROM expires_at) AS expires
+                         FROM mcp_session_terminations
+                        WHERE id > %s AND expires_at > now() ORDER BY id"""
+
+
+async def _fetch_one(conn: Connection, sql: str) -> dict[str, Any] | None:
+    cur = await conn.execute(sql)
+    return await cur.fetchone()
+
+
+async def _fetch_all(conn: Connection, sql: str, *params: Any) -> list[dict[str, Any]]:
+    cur = await conn.execute(sql, params)
+    return await cur.fetchall()
+
+
+def resilient_conninfo(database_url: str) -> str:
+    """``database_url`` plus a connect timeout and TCP keepalives, unless it sets them."""
+    given = conninfo_to_dict(database_url)
+    extra = {name: value for name, value in _CONNECT_DEFAULTS.items() if name not in given}
+    if "PGCONNECT_TIMEOUT" in os.environ:
+        extra.pop("connect_timeout", None)
+    return make_conninfo(database_url, **extra)
 
 
 class Refresher:
     def __init__(
         self,
-        database_url: str,
-        pool: AsyncConnectionPool[Connection],
+        conninfo: str,
         *,
         refresh_s: float,
         listen: bool,
         on_swap: Callable[[Snapshot, Snapshot], None],
+        page_size: int = DEFAULT_TOOLS_PAGE_SIZE,
     ) -> None:
-        self._database_url = database_url
-        self._pool = pool
+        self._conninfo = conninfo
         self._refresh_s = refresh_s
         self._listen = listen
         self._on_swap = on_swap
+        self._page_size = page_size
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._conn: Connection | None = None  # the poll's own connection
         self._last_termination_id = 0
         self.snapshot = Snapshot.empty()
         self.terminated: dict[bytes, float] = {}  # session hash -> its expiry (unix time)
         self.loaded = False
         self.last_success = 0.0  # time.monotonic() of the last good poll
+        self.database_reachable = False  # the last poll reached the database
         self.listening = False
 
     @property
     def ready(self) -> bool:
-        """Loaded once and heard from the database within three intervals."""
-        return self.loaded and time.monotonic() - self.last_success < 3 * self._refresh_s + 1
+        """Loaded, the last poll reached the database, and it did so within three intervals."""
+        return (
+            self.loaded
+            and self.database_reachable
+            and time.monotonic() - self.last_success < 3 * self._refresh_s + 1
+        )
 
     def wake(self) -> None:
         self._wake.set()
@@ -63,10 +124,7 @@ class Refresher:
         self.terminated[digest] = expires_at
 
     async def start(self) -> None:
-        try:
-            await self.refresh()
-        except Exception:
-            log.exception("snapshot_initial_load_failed")
+        await self._poll_once()
         self._tasks.append(asyncio.create_task(self._poll_loop(), name="snapshot-poll"))
         if self._listen:
             self._tasks.append(asyncio.create_task(self._listen_loop(), name="snapshot-listen"))
@@ -77,62 +135,100 @@ class Refresher:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self._drop_connection()
 
     async def refresh(self) -> None:
-        async with self._pool.connection(timeout=5) as conn:
-            cur = await conn.execute(
-                """SELECT (SELECT version FROM catalog_state) AS version,
-                          (SELECT coalesce(max(id), 0) FROM mcp_session_terminations) AS ended"""
+        """One poll; raises what the database raised (the connection is then dropped)."""
+        if self._conn is None or self._conn.closed:
+            async with asyncio.timeout(_PROBE_TIMEOUT_S):
+                self._conn = await connect(self._conninfo, autocommit=True)
+        conn = self._conn
+        try:
+            await self._refresh_on(conn)
+        except BaseException:
+            if self._conn is conn:
+                self._conn = None
+            with contextlib.suppress(psycopg.Error, OSError):
+                await conn.close()
+            raise
+        self.last_success = time.monotonic()
+        if not self.database_reachable:
+            self.database_reachable = True
+            log.info("database_reachable", snapshot_version=self.snapshot.version)
+
+    async def _refresh_on(self, conn: Connection) -> None:
+        row = await within(_PROBE_TIMEOUT_S, _fetch_one(conn, _PROBE_SQL))
+        assert row is not None
+        if row["version"] != self.snapshot.version or not self.loaded:
+            new = await within(_LOAD_TIMEOUT_S, load_snapshot(conn, page_size=self._page_size))
+            old, self.snapshot = self.snapshot, new
+            self.loaded = True
+            log.info("snapshot_loaded", version=new.version, agents=len(new.agents))
+            self._on_swap(old, new)
+        if row["ended"] > self._last_termination_id:
+            rows = await within(
+                _LOAD_TIMEOUT_S, _fetch_all(conn, _TERMINATIONS_SQL, self._last_termination_id)
             )
-            row = await cur.fetchone()
-            assert row is not None
-            if row["version"] != self.snapshot.version or not self.loaded:
-                new = await load_snapshot(conn)
-                old, self.snapshot = self.snapshot, new
-                self.loaded = True
-                log.info("snapshot_loaded", version=new.version, agents=len(new.agents))
-                self._on_swap(old, new)
-            if row["ended"] > self._last_termination_id:
-                cur = await conn.execute(
-                    """SELECT id, session_hash, extract(epoch FROM expires_at) AS expires
-                         FROM mcp_session_terminations
-                        WHERE id > %s AND expires_at > now() ORDER BY id""",
-                    (self._last_termination_id,),
-                )
-                for ended in await cur.fetchall():
-                    self.terminated[bytes(ended["session_hash"])] = float(ended["expires"])
-                self._last_termination_id = row["ended"]
+            for ended in rows:
+                self.terminated[bytes(ended["session_hash"])] = float(ended["expires"])
+            self._last_termination_id = row["ended"]
         now = time.time()
         for digest in [d for d, expires in self.terminated.items() if expires <= now]:
             del self.terminated[digest]
-        self.last_success = time.monotonic()
+
+    async def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error, OSError):
+                await conn.close()
+
+    async def _poll_once(self) -> bool:
+        """Refresh, and log what went wrong; False when the database was unreachable."""
+        try:
+            await self.refresh()
+        except _UNREACHABLE as exc:
+            if self.database_reachable or not self.loaded:
+                log.warning("database_unreachable", error=str(exc) or type(exc).__name__)
+            self.database_reachable = False
+            return False
+        except Exception:  # a bug in loading or swapping: keep polling, readiness decays
+            log.exception("snapshot_refresh_failed")
+        return True
 
     async def _poll_loop(self) -> None:
+        retry = _RETRY_MIN_S
+        delay = self._refresh_s if self.database_reachable else retry
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self._refresh_s)
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
             self._wake.clear()
-            try:
-                await self.refresh()
-            except Exception:
-                log.warning("snapshot_refresh_failed", exc_info=True)
+            if await self._poll_once():
+                retry, delay = _RETRY_MIN_S, self._refresh_s
+            else:
+                delay = min(retry, self._refresh_s)
+                retry = min(retry * 2, _RETRY_MAX_S)
 
     async def _listen_loop(self) -> None:
         backoff = 0.5
         while True:
             try:
-                async with await connect(self._database_url, autocommit=True) as conn:
+                async with await connect(self._conninfo, autocommit=True) as conn:
                     for channel in CHANNELS:
                         await conn.execute(f"LISTEN {channel}")
                     self.listening = True
                     backoff = 0.5
                     self._wake.set()  # anything missed while not listening
-                    async for _ in conn.notifies():
-                        self._wake.set()
-            except asyncio.CancelledError:
-                raise
+                    while True:
+                        async for _ in conn.notifies(timeout=_LISTEN_CHECK_S):
+                            self._wake.set()
+                        await within(_PROBE_TIMEOUT_S, conn.execute("SELECT 1"))
+            except _UNREACHABLE as exc:
+                if self.listening:
+                    log.warning("snapshot_listen_lost", error=str(exc) or type(exc).__name__)
             except Exception:
-                log.warning("snapshot_listen_failed", exc_info=True)
-            self.listening = False
+                log.exception("snapshot_listen_failed")
+            if self.listening:
+                self.listening = False
+                self._wake.set()  # let the poll find out whether the database is gone
             await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 10.0)
+            backoff = min(backoff * 2, _LISTEN_BACKOFF_MAX_S)

@@ -23,7 +23,7 @@ from shared.spec import OperationSpec, RateLimit, operation_from_builtins
 
 log = structlog.get_logger(__name__)
 
-TOOLS_PAGE_SIZE = 500
+DEFAULT_TOOLS_PAGE_SIZE = 500  # CRANK_MCP_TOOLS_PAGE_SIZE (DESIGN "Tools/list paging")
 _encoder = msgspec.json.Encoder()
 
 
@@ -45,12 +45,12 @@ class Agent:
     title: str = ""
     description: str = ""
     rate_limit: RateLimit | None = None
-    tools: tuple[Tool, ...] = ()
+    tools: tuple[Tool, ...] = ()  # in the order the agent binds them
     by_name: dict[str, Tool] = field(default_factory=dict)
-    # JSON arrays of tool definitions, one per page of TOOLS_PAGE_SIZE.
+    # JSON arrays of tool definitions, one per page of CRANK_MCP_TOOLS_PAGE_SIZE.
     pages: tuple[bytes, ...] = (b"[]",)
     modern_pages: tuple[bytes, ...] = (b"[]",)
-    # Changes exactly when what tools/list shows changes (list_changed).
+    # Changes exactly when what tools/list shows changes (list_changed); cursors carry it.
     fingerprint: bytes = b""
 
 
@@ -108,16 +108,16 @@ def _tools_for(
     return tuple(tools)
 
 
-def _paged(definitions: list[dict[str, Any]]) -> tuple[bytes, ...]:
+def _paged(definitions: list[dict[str, Any]], page_size: int) -> tuple[bytes, ...]:
     if not definitions:
         return (b"[]",)
     return tuple(
-        _encoder.encode(definitions[start : start + TOOLS_PAGE_SIZE])
-        for start in range(0, len(definitions), TOOLS_PAGE_SIZE)
+        _encoder.encode(definitions[start : start + page_size])
+        for start in range(0, len(definitions), page_size)
     )
 
 
-async def load_snapshot(conn: Connection) -> Snapshot:
+async def load_snapshot(conn: Connection, *, page_size: int = DEFAULT_TOOLS_PAGE_SIZE) -> Snapshot:
     """Read the whole published catalog in one repeatable-read transaction."""
     async with conn.transaction():
         await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -150,8 +150,8 @@ async def load_snapshot(conn: Connection) -> Snapshot:
             agent = Agent(id=r["id"], workspace=r["workspace"], slug=r["slug"], published=False)
         else:
             tools = _tools_for(published, versions, r["workspace_id"])
-            pages = _paged([t.definition for t in tools])
-            modern_pages = _paged([t.modern_definition for t in tools])
+            pages = _paged([t.definition for t in tools], page_size)
+            modern_pages = _paged([t.modern_definition for t in tools], page_size)
             rate = published.get("rate_limit")
             agent = Agent(
                 id=r["id"],

@@ -11,6 +11,7 @@ from mcp_gateway.refresher import Refresher
 from mcp_gateway.sessions import SessionSigner
 from mcp_gateway.streams import StreamHub
 from shared.db import Connection
+from shared.last_use import LastUseRecorder
 from shared.settings import Settings
 
 
@@ -22,3 +23,4 @@ class GatewayState:
     keys: KeyResolver
     sessions: SessionSigner
     streams: StreamHub
+    key_use: LastUseRecorder

@@ -3,6 +3,13 @@
 A stream registers under its agent; when a snapshot swap changes what that
 agent's tools/list shows (its fingerprint), every stream of the agent gets
 ``notifications/tools/list_changed``. Closed streams unregister themselves.
+
+On shutdown (``StreamHub.shut_down``, called on the first SIGTERM/SIGINT and
+again in the lifespan shutdown) every stream ends at once: granian waits for
+open answers before it stops, and an SSE stream never ends by itself. A
+stream ends with the end of the HTTP body and no final message, so the client
+sees its stream (legacy GET) or subscription (subscriptions/listen) lost and
+opens a new one, which the load balancer sends to a replica that is still up.
 """
 
 from __future__ import annotations
@@ -24,6 +31,15 @@ _QUEUE_LIMIT = 16
 class StreamHub:
     def __init__(self) -> None:
         self._streams: dict[int, set[asyncio.Queue[str]]] = defaultdict(set)
+        self._closing = asyncio.Event()
+
+    def shut_down(self) -> None:
+        """End every open stream now, and any opened later at once."""
+        self._closing.set()
+
+    async def closing(self) -> None:
+        """Returns once ``shut_down`` has been called."""
+        await self._closing.wait()
 
     def open(self, agent_id: int) -> asyncio.Queue[str]:
         queue: asyncio.Queue[str] = asyncio.Queue(maxsize=_QUEUE_LIMIT)
@@ -64,18 +80,24 @@ async def serve_stream(
     ended: Callable[[], bool],
 ) -> None:
     """Hold one SSE answer open: ``first`` (if any), then each rendered event,
-    keep-alive comments in between, until the client leaves or ``ended()``."""
+    keep-alive comments in between, until the client leaves, ``ended()`` or the
+    hub shuts down."""
     queue = hub.open(agent_id)
     OPEN_STREAMS.inc()
     disconnected = asyncio.ensure_future(_wait_disconnect(receive))
+    closing = asyncio.ensure_future(hub.closing())
     try:
         await start_stream(send)
         if first is not None:
             await send_event(send, first)
-        while not disconnected.done() and not ended():
+        else:  # body bytes now, so the client sees the headers without waiting for an event
+            await send_comment(send, b"stream open")
+        while not disconnected.done() and not closing.done() and not ended():
             getter = asyncio.ensure_future(queue.get())
             done, _ = await asyncio.wait(
-                {getter, disconnected}, timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED
+                {getter, disconnected, closing},
+                timeout=KEEPALIVE_S,
+                return_when=asyncio.FIRST_COMPLETED,
             )
             if getter in done:
                 data = render(getter.result())
@@ -83,16 +105,17 @@ async def serve_stream(
                     await send_event(send, data)
             else:
                 getter.cancel()
-                if not disconnected.done():
+                if not disconnected.done() and not closing.done():
                     await send_comment(send)
         if not disconnected.done():
             await end_stream(send)
     except OSError:
         pass  # the client went away mid-write
     finally:
-        disconnected.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await disconnected
+        for waiter in (disconnected, closing):
+            waiter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiter
         hub.close(agent_id, queue)
         OPEN_STREAMS.dec()
 

@@ -60,7 +60,10 @@ def tool_annotations(spec: OperationSpec) -> dict[str, Any]:
         "openWorldHint": True,  # every tool reaches an external API
     }
     if not read_only:
-        result["destructiveHint"] = method in ("DELETE", "PUT", "PATCH")
+        # A confirmation gate marks an operation its author considers destructive.
+        result["destructiveHint"] = (
+            method in ("DELETE", "PUT", "PATCH") or spec.confirmation_required()
+        )
         result["idempotentHint"] = (
             method in ("GET", "PUT", "DELETE") or spec.execution_config.idempotency is not None
         )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import msgspec
 import psycopg
@@ -30,8 +32,18 @@ async def connect(conninfo: str, *, autocommit: bool = False) -> Connection:
 
 
 async def open_pool(
-    conninfo: str, *, max_size: int = 10, name: str = "crank", autocommit: bool = False
+    conninfo: str,
+    *,
+    max_size: int = 10,
+    name: str = "crank",
+    autocommit: bool = False,
+    check: bool = False,
+    reconnect_timeout_s: float = 300.0,
 ) -> AsyncConnectionPool[Connection]:
+    """``check`` tests a connection before handing it out (one round trip), so
+    connections a database restart broke are replaced instead of failing a
+    request; ``reconnect_timeout_s`` bounds each reconnection attempt's backoff,
+    after which the next request starts a fresh attempt at once."""
     pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
         conninfo,
         min_size=1,
@@ -40,6 +52,39 @@ async def open_pool(
         connection_class=psycopg.AsyncConnection,
         name=name,
         open=False,
+        check=AsyncConnectionPool.check_connection if check else None,
+        reconnect_timeout=reconnect_timeout_s,
     )
     await pool.open(wait=True, timeout=30)
     return pool
+
+
+T = TypeVar("T")
+_abandoned: set[asyncio.Future[Any]] = set()
+
+
+def _forget(task: asyncio.Future[Any]) -> None:
+    _abandoned.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: an abandoned failure is expected, not news
+
+
+async def within(timeout_s: float, work: Awaitable[T]) -> T:
+    """``await work``, raising TimeoutError after ``timeout_s`` even if ``work`` will not stop.
+
+    A cancelled query makes psycopg ask the server to cancel it, which against
+    a server that stopped answering takes up to ten seconds more; a caller that
+    must answer quickly cannot wait for that. Past the deadline the work is
+    cancelled and left to finish in the background.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    finally:
+        if not task.done():
+            task.cancel()
+            _abandoned.add(task)
+            task.add_done_callback(_forget)
+    if not done:
+        raise TimeoutError
+    return task.result()

@@ -24,6 +24,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     mcp_refresh_ms: int = 5000
     mcp_session_ttl_s: int = 86400
     mcp_listen: bool = True  # LISTEN for publishes; false behind a transaction-pooling PgBouncer
+    mcp_tools_page_size: int = 500  # tools per tools/list page (DESIGN "Tools/list paging")
     allow_private_upstreams: bool = False
     upstream_allowlist: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
@@ -84,4 +85,6 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise SettingsError(f"CRANK_LANGUAGE must be en or ru, got {settings.language!r}")
     if settings.mcp_refresh_ms < 100:
         raise SettingsError("CRANK_MCP_REFRESH_MS must be at least 100")
+    if not 1 <= settings.mcp_tools_page_size <= 10_000:
+        raise SettingsError("CRANK_MCP_TOOLS_PAGE_SIZE must be between 1 and 10000")
     return settings

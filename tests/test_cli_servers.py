@@ -51,11 +51,11 @@ def test_migrate_without_a_database_url_exits_2() -> None:
 
 
 @pytest.mark.parametrize("name", ["mcp-server", "gateway"])
-def test_gateway_command_says_it_is_not_built_yet(name: str) -> None:
-    run = crank(name, env=crank_env())
+def test_gateway_without_a_secret_key_exits_2(name: str, database_url: str) -> None:
+    run = crank(name, env=crank_env(CRANK_DATABASE_URL=database_url))
 
     assert run.returncode == 2
-    assert "not built yet" in run.stderr
+    assert "CRANK_SECRET_KEY" in run.stderr
     assert run.stdout == ""
 
 
@@ -69,7 +69,7 @@ def test_control_plane_without_a_secret_key_exits_2(database_url: str) -> None:
 def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        assert process.poll() is None, "crank control-plane exited early"
+        assert process.poll() is None, "the server command exited early"
         try:
             with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - loopback
                 if response.status == 200:
@@ -80,15 +80,26 @@ def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 6
     pytest.fail(f"{url} did not answer within {timeout_s} s")
 
 
-def test_control_plane_serves_until_sigterm(database_url: str) -> None:
+@pytest.mark.parametrize(
+    ("command", "port_variable"),
+    [
+        ("control-plane", "CRANK_CONTROL_PLANE_PORT"),
+        ("mcp-server", "CRANK_GATEWAY_PORT"),
+        ("gateway", "CRANK_GATEWAY_PORT"),
+    ],
+)
+def test_server_command_serves_until_sigterm(
+    database_url: str, command: str, port_variable: str
+) -> None:
     port = free_port()
     env = crank_env(
         CRANK_DATABASE_URL=database_url,
         CRANK_SECRET_KEY=TEST_SECRET_KEY,
-        CRANK_CONTROL_PLANE_PORT=str(port),
+        CRANK_METRICS_PORT=str(free_port()),
+        **{port_variable: str(port)},
     )
     process = subprocess.Popen(
-        [sys.executable, "-m", "control_plane.cli", "control-plane"],
+        [sys.executable, "-m", "control_plane.cli", command],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

@@ -397,3 +397,21 @@ async def test_saved_dev_credentials_are_reused_and_revoked_ones_replaced(
     assert replaced_key != key
     assert parse_key(replaced_key) is KeyKind.APPROVAL
     assert replaced_token != saved_token
+
+
+def test_children_get_the_demo_api_allowlisted_not_every_private_upstream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from control_plane.cli.up import _child_env
+    from shared.settings import Settings
+
+    monkeypatch.delenv("CRANK_ALLOW_PRIVATE_UPSTREAMS", raising=False)
+    settings = Settings(upstream_allowlist=("10.0.0.5:443",))
+    env = _child_env(settings, "postgresql:///crank", TEST_SECRET_KEY, 18090)
+    assert "CRANK_ALLOW_PRIVATE_UPSTREAMS" not in env
+    assert env["CRANK_UPSTREAM_ALLOWLIST"] == "10.0.0.5:443,127.0.0.1:18090"
+
+    monkeypatch.setenv("CRANK_ALLOW_PRIVATE_UPSTREAMS", "false")
+    env = _child_env(Settings(), "postgresql:///crank", TEST_SECRET_KEY, 18090)
+    assert env["CRANK_ALLOW_PRIVATE_UPSTREAMS"] == "false"  # the user's choice stands
+    assert env["CRANK_UPSTREAM_ALLOWLIST"] == "127.0.0.1:18090"

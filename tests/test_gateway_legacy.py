@@ -284,3 +284,26 @@ async def test_health_ready_and_metrics(setup: Any) -> None:
     assert 'crank_mcp_requests_total{method="initialize",status="200"}' in metrics
     assert "crank_snapshot_version" in metrics
     assert catalog.agent_key not in gateway.log()
+
+
+async def test_key_use_is_recorded_in_batches_at_minute_granularity(
+    client: Client, admin_token: str, database_url: str, tmp_path: Path
+) -> None:
+    import psycopg
+
+    catalog = await seed_catalog(client, admin_token)
+    async with (
+        run_gateway(database_url, tmp_path) as gateway,
+        httpx.AsyncClient(base_url=gateway.url) as http,
+    ):
+        await open_session(http, catalog.agent_key)
+    # The gateway flushes its batch when it stops (SIGTERM above).
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT last_used_at, date_trunc('minute', last_used_at) = last_used_at "
+            "FROM api_keys k JOIN agents a ON a.id = k.agent_id "
+            "WHERE a.slug = 'currency-rates' AND k.kind = 'agent'"
+        ).fetchone()
+    assert row is not None
+    assert row[0] is not None
+    assert row[1] is True

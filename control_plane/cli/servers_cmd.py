@@ -12,12 +12,12 @@ import argparse
 import os
 import sys
 
-from control_plane.cli.common import CliError, cli_settings, key_hasher, require_database_url
+from control_plane.cli.common import cli_settings, key_hasher, require_database_url
 from shared.settings import Settings
 
 CONTROL_PLANE_APP = "control_plane.app:create_app"
 # Started by module path, never imported (DESIGN "Where code lives").
-GATEWAY_APP: str | None = "mcp_gateway.app:create_app"
+GATEWAY_APP = "mcp_gateway.app:create_app"
 
 
 def granian_argv(app: str, host: str, port: int) -> list[str]:
@@ -41,10 +41,7 @@ def control_plane_argv(settings: Settings) -> list[str]:
     return granian_argv(CONTROL_PLANE_APP, settings.host, settings.control_plane_port)
 
 
-def gateway_argv(settings: Settings) -> list[str] | None:
-    """The gateway's command line, or None while the gateway is not built."""
-    if GATEWAY_APP is None:
-        return None
+def gateway_argv(settings: Settings) -> list[str]:
     return granian_argv(GATEWAY_APP, settings.host, settings.gateway_port)
 
 
@@ -62,13 +59,7 @@ def run_control_plane(args: argparse.Namespace) -> int:
 
 
 def run_gateway(args: argparse.Namespace) -> int:
-    if GATEWAY_APP is None:
-        raise CliError(
-            "the MCP gateway is not built yet (it comes with the next release); "
-            "`crank control-plane` and `crank up` work today"
-        )
     argv = gateway_argv(_check_server_settings())
-    assert argv is not None
     os.execv(argv[0], argv)  # noqa: S606
 
 

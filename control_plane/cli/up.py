@@ -5,10 +5,11 @@
 2. The database: ``CRANK_DATABASE_URL`` when set, else the embedded
    PostgreSQL 18 under the data directory.
 3. Migrations, the dev admin token, the demo seed (published), the demo keys.
-4. Child processes: the demo sales API on loopback, the control plane (and
-   the gateway, once it exists), with the demo sales API allowlisted as the
-   only private upstream.
-5. The banner (URLs, token, keys, curl lines) once the control plane answers.
+4. Child processes: the demo sales API on loopback, the control plane and
+   the MCP gateway, with the demo sales API allowlisted by
+   address (``CRANK_UPSTREAM_ALLOWLIST``); other private upstreams stay
+   refused unless ``CRANK_ALLOW_PRIVATE_UPSTREAMS`` is set.
+5. The banner (URLs, token, keys, curl lines) once the servers answer.
 
 SIGINT and SIGTERM stop the children and the embedded PostgreSQL; a child
 that exits on its own stops everything too (exit code 1).
@@ -33,7 +34,7 @@ import structlog
 
 from control_plane.cli import banner, devstate, servers_cmd
 from control_plane.cli.common import CliError, cli_settings
-from control_plane.cli.devdb import start_embedded, stop_embedded
+from control_plane.cli.devdb import embedded_postgres
 from control_plane.cli.devkeys import DEMO_KEYS, ensure_admin_token, ensure_api_key
 from control_plane.cli.runtime import ChildFailed, Supervisor
 from control_plane.cli.seed import ensure_workspace, seed_demo
@@ -115,12 +116,14 @@ async def _prepare(
 def _child_env(
     settings: Settings, database_url: str, secret_key: str, sales_port: int
 ) -> dict[str, str]:
+    """The children's environment. The demo sales API on loopback is allowlisted
+    by address; private upstreams in general stay as CRANK_ALLOW_PRIVATE_UPSTREAMS
+    says (off unless the user turned it on)."""
     env = dict(os.environ)
     allowlist = [*settings.upstream_allowlist, f"127.0.0.1:{sales_port}"]
     env.update(
         CRANK_DATABASE_URL=database_url,
         CRANK_SECRET_KEY=secret_key,
-        CRANK_ALLOW_PRIVATE_UPSTREAMS="true",
         CRANK_UPSTREAM_ALLOWLIST=",".join(dict.fromkeys(allowlist)),
         CRANK_DEMO_SALES_PORT=str(sales_port),
     )
@@ -132,9 +135,8 @@ def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:
     host = banner.client_host(settings.host)
     _check_port_free(settings.host, settings.control_plane_port, "CRANK_CONTROL_PLANE_PORT")
     _check_port_free("127.0.0.1", sales_port, "CRANK_DEMO_SALES_PORT")
-    gateway_argv = servers_cmd.gateway_argv(settings)
-    if gateway_argv is not None:
-        _check_port_free(settings.host, settings.gateway_port, "CRANK_GATEWAY_PORT")
+    _check_port_free(settings.host, settings.gateway_port, "CRANK_GATEWAY_PORT")
+    _check_port_free(settings.host, settings.metrics_port, "CRANK_METRICS_PORT")
 
     directory = devstate.data_dir()
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -151,8 +153,7 @@ def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:
         database_label = "the server in CRANK_DATABASE_URL"
     else:
         pgdata = directory / "pgdata"
-        server = start_embedded(pgdata)
-        stack.callback(stop_embedded, server, pgdata)
+        server = stack.enter_context(embedded_postgres(pgdata))
         database_url = server.url()
         database_label = f"embedded PostgreSQL 18 in {pgdata}"
 
@@ -173,15 +174,14 @@ def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:
         env,
     )
     control_plane = supervisor.start("control-plane", servers_cmd.control_plane_argv(settings), env)
-    gateway = supervisor.start("gateway", gateway_argv, env) if gateway_argv else None
+    gateway = supervisor.start("gateway", servers_cmd.gateway_argv(settings), env)
 
     try:
         supervisor.wait_for_http(sales, f"http://127.0.0.1:{sales_port}/healthz", timeout_s=30)
         supervisor.wait_for_http(
             control_plane, f"{state.control_plane_url}/readyz", timeout_s=READY_TIMEOUT_S
         )
-        if gateway is not None:
-            supervisor.wait_for_http(gateway, f"{state.gateway_url}/healthz", timeout_s=30)
+        supervisor.wait_for_http(gateway, f"{state.gateway_url}/healthz", timeout_s=30)
     except ChildFailed as exc:
         raise CliError(str(exc), exit_code=1) from None
 
@@ -191,7 +191,7 @@ def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:
             dev_state_file=devstate.dev_state_path(),
             database=database_label,
             sales_url=f"http://127.0.0.1:{sales_port}",
-            gateway_running=gateway is not None,
+            gateway_running=True,
         ),
         flush=True,
     )
