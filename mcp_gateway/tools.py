@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from shared.request_builder import CONFIRMATION_ARGUMENT
 from shared.spec import OperationSpec
 
-CONFIRMATION_ARGUMENT = "_crank_confirmation_token"
 
 _CONFIRMATION_PROPERTY = {
     "type": "string",
