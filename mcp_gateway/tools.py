@@ -13,7 +13,6 @@ from typing import Any
 from shared.request_builder import CONFIRMATION_ARGUMENT
 from shared.spec import OperationSpec
 
-
 _CONFIRMATION_PROPERTY = {
     "type": "string",
     "pattern": "^ct_[A-Za-z0-9_-]+$",
