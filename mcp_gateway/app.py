@@ -38,14 +38,16 @@ from mcp_gateway.keys import KeyResolver
 from mcp_gateway.metrics import SNAPSHOT_VERSION, start_metrics_server
 from mcp_gateway.refresher import Refresher, resilient_conninfo
 from mcp_gateway.sessions import SessionSigner
-from mcp_gateway.snapshot import Snapshot
+from mcp_gateway.snapshot import Snapshot, SnapshotOptions
 from mcp_gateway.state import GatewayState
 from mcp_gateway.streams import StreamHub
-from shared.crypto import KeyHasher
+from shared.crypto import KeyHasher, SecretBox
 from shared.db import open_pool
 from shared.last_use import LastUseRecorder
 from shared.logging import configure_logging
+from shared.outbound import UpstreamExecutor
 from shared.settings import Settings, SettingsError, load_settings
+from shared.ssrf import AddressPolicy
 
 log = structlog.get_logger(__name__)
 
@@ -144,7 +146,11 @@ class GatewayApp:
             refresh_s=settings.mcp_refresh_ms / 1000,
             listen=settings.mcp_listen,
             on_swap=swapped,
-            page_size=settings.mcp_tools_page_size,
+            options=SnapshotOptions(
+                page_size=settings.mcp_tools_page_size,
+                language=settings.language,
+                box=SecretBox(self.secret_key, settings.secret_key_previous),
+            ),
         )
         keys = KeyResolver(hasher, pool, database_reachable=lambda: refresher.database_reachable)
         await refresher.start()
@@ -156,7 +162,14 @@ class GatewayApp:
             sessions=SessionSigner(self.secret_key, settings.mcp_session_ttl_s),
             streams=streams,
             key_use=LastUseRecorder("api_keys"),
+            executor=UpstreamExecutor(
+                AddressPolicy.from_settings(
+                    allow_private_upstreams=settings.allow_private_upstreams,
+                    upstream_allowlist=settings.upstream_allowlist,
+                )
+            ),
         )
+        await self.state.executor.start()
         self.state.key_use.start(pool)
         try:
             self._metrics = await start_metrics_server(
@@ -206,6 +219,7 @@ class GatewayApp:
         if self.state is not None:
             self.state.streams.shut_down()
             await self.state.key_use.stop(self.state.pool)
+            await self.state.executor.close()
             await self.state.refresher.stop()
             await self.state.pool.close()
         log.info("gateway_stopped")

@@ -41,6 +41,7 @@ from mcp_gateway.jsonrpc import (
 from mcp_gateway.metrics import REQUESTS
 from mcp_gateway.sessions import MalformedSessionId, SessionClaims, session_hash
 from mcp_gateway.streams import LIST_CHANGED, serve_stream
+from mcp_gateway.tool_call import tools_call
 from shared.db import within
 
 log = structlog.get_logger(__name__)
@@ -134,7 +135,7 @@ async def _post(call: Call, version_header: str | None) -> None:
     if not message.is_request:
         await call.answer(202)
         return
-    await _reply(call, _dispatch(call, message), accepted)
+    await _reply(call, await _dispatch(call, message), accepted)
 
 
 async def _batch(
@@ -159,7 +160,7 @@ async def _batch(
                 encode(error(message.id, INVALID_REQUEST, "initialize cannot be batched"))
             )
         elif message.is_request:
-            answers.append(_dispatch(call, message))
+            answers.append(await _dispatch(call, message))
     if not answers:
         await call.answer(202)
         return
@@ -184,7 +185,7 @@ async def _initialize(call: Call, message: Message, accepted: tuple[bool, bool])
     await _reply(call, encode(result(message.id, answer)), accepted, {"MCP-Session-Id": session_id})
 
 
-def _dispatch(call: Call, message: Message) -> bytes:
+async def _dispatch(call: Call, message: Message) -> bytes:
     """The JSON-RPC response to one request (errors inside HTTP 200)."""
     method = message.method
     if method == "ping":
@@ -195,19 +196,8 @@ def _dispatch(call: Call, message: Message) -> bytes:
         except BadCursor as exc:
             return encode(error(message.id, INVALID_PARAMS, str(exc)))
     if method == "tools/call":
-        return tools_call(call, message)
+        return await tools_call(call, message, modern=False)
     return encode(error(message.id, METHOD_NOT_FOUND, f"Method not found: {method}"))
-
-
-def tools_call(call: Call, message: Message) -> bytes:
-    name = message.params.get("name")
-    if not isinstance(name, str) or name not in call.agent.by_name:
-        # JSON-RPC -32602 in HTTP 200: clients read a 404 on POST as "session gone".
-        return encode(error(message.id, INVALID_PARAMS, f"Unknown tool: {name}"))
-    # Execution (validation, request building, upstream call) is the next milestone.
-    return encode(
-        error(message.id, INTERNAL_ERROR, "tools/call is not available in this build yet")
-    )
 
 
 async def _reply(

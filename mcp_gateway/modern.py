@@ -22,7 +22,6 @@ from mcp_gateway.call import LEGACY_VERSIONS, MODERN_VERSIONS, Call, accepts, js
 from mcp_gateway.catalog import BadCursor, server_info, tools_list_response
 from mcp_gateway.jsonrpc import (
     HEADER_MISMATCH,
-    INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
@@ -38,6 +37,7 @@ from mcp_gateway.jsonrpc import (
 )
 from mcp_gateway.metrics import REQUESTS
 from mcp_gateway.streams import LIST_CHANGED, serve_stream
+from mcp_gateway.tool_call import tools_call
 
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
@@ -174,14 +174,8 @@ async def _dispatch(call: Call, message: Message) -> None:
         except BadCursor as exc:
             raise Refusal(400, INVALID_PARAMS, str(exc)) from None
     elif method == "tools/call":
-        name = message.params.get("name")
-        if not isinstance(name, str) or name not in call.agent.by_name:
-            # -32602 in HTTP 200, as in the legacy era (DESIGN "Status precedence").
-            body = encode(error(message.id, INVALID_PARAMS, f"Unknown tool: {name}"))
-        else:
-            body = encode(
-                error(message.id, INTERNAL_ERROR, "tools/call is not available in this build yet")
-            )
+        # An unknown tool is -32602 in HTTP 200, as in the legacy era (DESIGN "Status precedence").
+        body = await tools_call(call, message, modern=True)
     elif method in ("prompts/list", "resources/list", "resources/templates/list"):
         field = {"prompts/list": "prompts", "resources/list": "resources"}.get(
             method, "resourceTemplates"

@@ -30,7 +30,7 @@ import psycopg
 import structlog
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from mcp_gateway.snapshot import DEFAULT_TOOLS_PAGE_SIZE, Snapshot, load_snapshot
+from mcp_gateway.snapshot import Snapshot, SnapshotOptions, load_snapshot
 from shared.db import Connection, connect, within
 
 log = structlog.get_logger(__name__)
@@ -89,13 +89,13 @@ class Refresher:
         refresh_s: float,
         listen: bool,
         on_swap: Callable[[Snapshot, Snapshot], None],
-        page_size: int = DEFAULT_TOOLS_PAGE_SIZE,
+        options: SnapshotOptions | None = None,
     ) -> None:
         self._conninfo = conninfo
         self._refresh_s = refresh_s
         self._listen = listen
         self._on_swap = on_swap
-        self._page_size = page_size
+        self._options = options or SnapshotOptions()
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._conn: Connection | None = None  # the poll's own connection
@@ -160,7 +160,7 @@ class Refresher:
         row = await within(_PROBE_TIMEOUT_S, _fetch_one(conn, _PROBE_SQL))
         assert row is not None
         if row["version"] != self.snapshot.version or not self.loaded:
-            new = await within(_LOAD_TIMEOUT_S, load_snapshot(conn, page_size=self._page_size))
+            new = await within(_LOAD_TIMEOUT_S, load_snapshot(conn, self._options))
             old, self.snapshot = self.snapshot, new
             self.loaded = True
             log.info("snapshot_loaded", version=new.version, agents=len(new.agents))

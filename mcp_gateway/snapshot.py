@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,7 +19,10 @@ import msgspec
 import structlog
 
 from mcp_gateway.tools import tool_definition
+from shared.compiler import CompiledOperation, compile_operation
+from shared.crypto import CryptoError, Sealed, SecretBox, secret_associated_data
 from shared.db import Connection
+from shared.errors import Language, ToolError
 from shared.spec import OperationSpec, RateLimit, operation_from_builtins
 
 log = structlog.get_logger(__name__)
@@ -34,6 +38,7 @@ class Tool:
     spec: OperationSpec
     definition: dict[str, Any]  # as 2025 revisions list it (array results wrapped)
     modern_definition: dict[str, Any]  # as 2026-07-28 lists it
+    compiled: CompiledOperation  # validator, request builder, response selector
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +57,8 @@ class Agent:
     modern_pages: tuple[bytes, ...] = (b"[]",)
     # Changes exactly when what tools/list shows changes (list_changed); cursors carry it.
     fingerprint: bytes = b""
+    # The workspace's secrets, decrypted, for upstream auth (shared by its agents).
+    secrets: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +89,18 @@ def _unix(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
+@dataclass(frozen=True, slots=True)
+class SnapshotOptions:
+    page_size: int = DEFAULT_TOOLS_PAGE_SIZE
+    language: Language = "en"
+    box: SecretBox | None = None  # None: no secrets are loaded (upstream auth then fails)
+
+
 def _tools_for(
-    published: dict[str, Any], versions: dict[tuple[int, str], tuple[int, dict[str, Any]]], ws: int
+    published: dict[str, Any],
+    versions: dict[tuple[int, str], tuple[int, dict[str, Any]]],
+    ws: int,
+    language: Language,
 ) -> tuple[Tool, ...]:
     tools: list[Tool] = []
     for name in published.get("operations") or []:
@@ -93,7 +110,8 @@ def _tools_for(
         version, raw = found
         try:
             spec = operation_from_builtins(raw)
-        except msgspec.ValidationError:
+            compiled = compile_operation(spec, language=language)
+        except (msgspec.ValidationError, ToolError):
             log.exception("snapshot_operation_unreadable", operation=name, version=version)
             continue
         tools.append(
@@ -103,6 +121,7 @@ def _tools_for(
                 spec=spec,
                 definition=tool_definition(spec, wrap_arrays=True),
                 modern_definition=tool_definition(spec, wrap_arrays=False),
+                compiled=compiled,
             )
         )
     return tuple(tools)
@@ -117,8 +136,25 @@ def _paged(definitions: list[dict[str, Any]], page_size: int) -> tuple[bytes, ..
     )
 
 
-async def load_snapshot(conn: Connection, *, page_size: int = DEFAULT_TOOLS_PAGE_SIZE) -> Snapshot:
+def _open_secrets(rows: list[dict[str, Any]], box: SecretBox | None) -> dict[int, dict[str, str]]:
+    opened: dict[int, dict[str, str]] = {}
+    if box is None:
+        return opened
+    for r in rows:
+        sealed = Sealed(bytes(r["ciphertext"]), bytes(r["nonce"]), r["key_id"])
+        try:
+            value = box.open(sealed, secret_associated_data(r["workspace_id"], r["name"]))
+        except CryptoError:
+            log.error("snapshot_secret_unreadable", secret=r["name"])  # never the value
+            continue
+        opened.setdefault(r["workspace_id"], {})[r["name"]] = value
+    return opened
+
+
+async def load_snapshot(conn: Connection, options: SnapshotOptions | None = None) -> Snapshot:
     """Read the whole published catalog in one repeatable-read transaction."""
+    options = options or SnapshotOptions()
+    page_size = options.page_size
     async with conn.transaction():
         await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         cur = await conn.execute("SELECT version FROM catalog_state")
@@ -142,6 +178,11 @@ async def load_snapshot(conn: Connection, *, page_size: int = DEFAULT_TOOLS_PAGE
                 WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())"""
         )
         key_rows = await cur.fetchall()
+        cur = await conn.execute(
+            """SELECT workspace_id, name, ciphertext, nonce, key_id FROM secrets
+                WHERE workspace_id IN (SELECT workspace_id FROM agents WHERE published IS NOT NULL)"""
+        )
+        secrets = _open_secrets(await cur.fetchall(), options.box)
 
     agents: dict[tuple[str, str], Agent] = {}
     for r in agent_rows:
@@ -149,7 +190,7 @@ async def load_snapshot(conn: Connection, *, page_size: int = DEFAULT_TOOLS_PAGE
         if published is None:
             agent = Agent(id=r["id"], workspace=r["workspace"], slug=r["slug"], published=False)
         else:
-            tools = _tools_for(published, versions, r["workspace_id"])
+            tools = _tools_for(published, versions, r["workspace_id"], options.language)
             pages = _paged([t.definition for t in tools], page_size)
             modern_pages = _paged([t.modern_definition for t in tools], page_size)
             rate = published.get("rate_limit")
@@ -166,6 +207,7 @@ async def load_snapshot(conn: Connection, *, page_size: int = DEFAULT_TOOLS_PAGE
                 pages=pages,
                 modern_pages=modern_pages,
                 fingerprint=hashlib.sha256(b"\0".join(modern_pages)).digest(),
+                secrets=secrets.get(r["workspace_id"], {}),
             )
         agents[(agent.workspace, agent.slug)] = agent
     keys = {

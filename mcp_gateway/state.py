@@ -12,6 +12,7 @@ from mcp_gateway.sessions import SessionSigner
 from mcp_gateway.streams import StreamHub
 from shared.db import Connection
 from shared.last_use import LastUseRecorder
+from shared.outbound import UpstreamExecutor
 from shared.settings import Settings
 
 
@@ -24,3 +25,4 @@ class GatewayState:
     sessions: SessionSigner
     streams: StreamHub
     key_use: LastUseRecorder
+    executor: UpstreamExecutor

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -29,7 +29,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     upstream_allowlist: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
     public_path_prefix: str = ""
-    language: str = "en"
+    language: Literal["en", "ru"] = "en"
     log_level: str = "info"
     max_body_bytes: int = 1_048_576
     db_pool_size: int = 10
