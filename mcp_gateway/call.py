@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mcp_gateway.asgi import Headers, Receive, Scope, Send, respond
+from mcp_gateway.asgi import (
+    Headers,
+    Receive,
+    Scope,
+    Send,
+    end_stream,
+    respond,
+    send_event,
+    start_stream,
+)
 from mcp_gateway.metrics import REQUESTS
 from mcp_gateway.snapshot import Agent, Key
 from mcp_gateway.state import GatewayState
@@ -54,6 +63,17 @@ class Call:
     ) -> None:
         REQUESTS.labels(self.label, str(status)).inc()
         await respond(self.send, status, body, headers=headers)
+
+    async def reply(self, body: bytes, headers: dict[str, str] | None = None) -> None:
+        """A 200 answer: JSON when the client accepts it, else one SSE event."""
+        accepted = accepts(self.headers)
+        if accepted is None or accepted[0]:
+            await self.answer(200, body, headers)
+            return
+        REQUESTS.labels(self.label, "200").inc()
+        await start_stream(self.send, headers)
+        await send_event(self.send, body)
+        await end_stream(self.send)
 
 
 def accepts(headers: Headers) -> tuple[bool, bool] | None:

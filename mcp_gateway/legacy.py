@@ -17,10 +17,7 @@ import structlog
 
 from mcp_gateway.asgi import (
     BodyTooLarge,
-    end_stream,
     read_body,
-    send_event,
-    start_stream,
 )
 from mcp_gateway.call import LEGACY_VERSIONS, Call, accepts, json_content
 from mcp_gateway.catalog import BadCursor, server_info, tools_list_response
@@ -118,7 +115,7 @@ async def _post(call: Call, version_header: str | None) -> None:
         await _bad(call, 400, PARSE_ERROR, f"Parse error: {exc}")
         return
     if isinstance(value, list):
-        await _batch(call, value, version_header, accepted)
+        await _batch(call, value, version_header)
         return
     try:
         message = parse_message(value)
@@ -127,7 +124,7 @@ async def _post(call: Call, version_header: str | None) -> None:
         return
     call.rpc_method = message.method or "response"
     if message.method == "initialize":
-        await _initialize(call, message, accepted)
+        await _initialize(call, message)
         return
     claims = await _session(call, version_header)
     if claims is None:
@@ -135,12 +132,10 @@ async def _post(call: Call, version_header: str | None) -> None:
     if not message.is_request:
         await call.answer(202)
         return
-    await _reply(call, await _dispatch(call, message), accepted)
+    await call.reply(await _dispatch(call, message))
 
 
-async def _batch(
-    call: Call, items: list[Any], version_header: str | None, accepted: tuple[bool, bool]
-) -> None:
+async def _batch(call: Call, items: list[Any], version_header: str | None) -> None:
     call.rpc_method = "batch"
     claims = await _session(call, version_header)
     if claims is None:
@@ -164,10 +159,10 @@ async def _batch(
     if not answers:
         await call.answer(202)
         return
-    await _reply(call, b"[" + b",".join(answers) + b"]", accepted)
+    await call.reply(b"[" + b",".join(answers) + b"]")
 
 
-async def _initialize(call: Call, message: Message, accepted: tuple[bool, bool]) -> None:
+async def _initialize(call: Call, message: Message) -> None:
     if not message.is_request:
         await _bad(call, 400, INVALID_REQUEST, "initialize must be a request with an id")
         return
@@ -182,7 +177,7 @@ async def _initialize(call: Call, message: Message, accepted: tuple[bool, bool])
         answer["instructions"] = call.agent.description
     session_id = call.state.sessions.issue(call.key.id, call.agent.id, negotiated)
     log.info("session_opened", protocol_version=negotiated)
-    await _reply(call, encode(result(message.id, answer)), accepted, {"MCP-Session-Id": session_id})
+    await call.reply(encode(result(message.id, answer)), {"MCP-Session-Id": session_id})
 
 
 async def _dispatch(call: Call, message: Message) -> bytes:
@@ -198,22 +193,6 @@ async def _dispatch(call: Call, message: Message) -> bytes:
     if method == "tools/call":
         return await tools_call(call, message, modern=False)
     return encode(error(message.id, METHOD_NOT_FOUND, f"Method not found: {method}"))
-
-
-async def _reply(
-    call: Call,
-    body: bytes,
-    accepted: tuple[bool, bool],
-    headers: dict[str, str] | None = None,
-) -> None:
-    json_ok, _ = accepted
-    if json_ok:
-        await call.answer(200, body, headers)
-        return
-    REQUESTS.labels(call.label, "200").inc()
-    await start_stream(call.send, headers)
-    await send_event(call.send, body)
-    await end_stream(call.send)
 
 
 async def _listen(call: Call, version_header: str | None) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from mcp_gateway.asgi import BodyTooLarge, end_stream, read_body, send_event, start_stream
+from mcp_gateway.asgi import BodyTooLarge, read_body
 from mcp_gateway.call import LEGACY_VERSIONS, MODERN_VERSIONS, Call, accepts, json_content
 from mcp_gateway.catalog import BadCursor, server_info, tools_list_response
 from mcp_gateway.jsonrpc import (
@@ -183,18 +183,7 @@ async def _dispatch(call: Call, message: Message) -> None:
         body = encode(result(message.id, _complete(call, {field: []}, cacheable=True)))
     else:
         raise Refusal(404, METHOD_NOT_FOUND, f"Method not found: {method}")
-    await _reply(call, body)
-
-
-async def _reply(call: Call, body: bytes) -> None:
-    accepted = accepts(call.headers)
-    if accepted is None or accepted[0]:
-        await call.answer(200, body)
-        return
-    REQUESTS.labels(call.label, "200").inc()
-    await start_stream(call.send)
-    await send_event(call.send, body)
-    await end_stream(call.send)
+    await call.reply(body)
 
 
 async def _listen(call: Call, message: Message) -> None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.request_builder import CONFIRMATION_ARGUMENT
+from shared.request_builder import CONFIRMATION_ARGUMENT, CONFIRMATION_TOKEN_PATTERN
 from shared.spec import OperationSpec
 
 _CONFIRMATION_PROPERTY = {
     "type": "string",
-    "pattern": "^ct_[A-Za-z0-9_-]+$",
+    "pattern": CONFIRMATION_TOKEN_PATTERN,
     "description": (
         "Leave out on the first call. Crank answers confirmation_required with a token; "
         "repeat the same call with the same arguments plus this token to execute."

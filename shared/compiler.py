@@ -33,13 +33,18 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 
 from shared.errors import Language, ToolError, invalid_arguments
-from shared.request_builder import CONFIRMATION_ARGUMENT, BuiltRequest, RequestBuilder
+from shared.request_builder import (
+    CONFIRMATION_ARGUMENT,
+    CONFIRMATION_TOKEN_PATTERN,
+    BuiltRequest,
+    RequestBuilder,
+)
 from shared.response_selector import Headers, ResponseSelector, Selected
 from shared.spec import OperationSpec
 
 MAX_REPORTED_ERRORS = 5
 _MAX_EXPLANATION = 160
-_CONFIRMATION_PROPERTY = {"type": "string", "pattern": "^ct_[A-Za-z0-9_-]+$"}
+_CONFIRMATION_PROPERTY = {"type": "string", "pattern": CONFIRMATION_TOKEN_PATTERN}
 
 
 def _explanation(error: ValidationError) -> str:

@@ -159,7 +159,7 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, IndexError):
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)

@@ -45,6 +45,7 @@ from shared.errors import Language, ToolError, invalid_arguments, mask, secret_m
 from shared.spec import OperationSpec
 
 CONFIRMATION_ARGUMENT = "_crank_confirmation_token"
+CONFIRMATION_TOKEN_PATTERN = "^ct_[A-Za-z0-9_-]+$"  # noqa: S105 - a shape, not a secret
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _PATH_VARIABLE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _HEADER_UNSAFE = ("\r", "\n", "\x00")
@@ -261,4 +262,10 @@ def build_request(
     return RequestBuilder(spec).build(arguments, secrets)
 
 
-__all__ = ["CONFIRMATION_ARGUMENT", "BuiltRequest", "RequestBuilder", "build_request"]
+__all__ = [
+    "CONFIRMATION_ARGUMENT",
+    "CONFIRMATION_TOKEN_PATTERN",
+    "BuiltRequest",
+    "RequestBuilder",
+    "build_request",
+]

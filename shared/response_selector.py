@@ -36,13 +36,13 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from datetime import datetime
 from typing import Any
 
 import jmespath
 import msgspec
 
+from shared import outbound
 from shared.errors import ErrorCode, Language, ToolError, mask
 
 MAX_RETRY_AFTER_S = 3600
@@ -80,20 +80,8 @@ def header_value(headers: Headers, name: str) -> str | None:
 
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> int | None:
     """Retry-After as whole seconds within 0..MAX_RETRY_AFTER_S; None if absent or unreadable."""
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        seconds = float(value)
-    else:
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = (when - (now or datetime.now(UTC))).total_seconds()
-    return max(0, min(MAX_RETRY_AFTER_S, math.ceil(seconds)))
+    seconds = outbound.parse_retry_after(value, now=None if now is None else now.timestamp())
+    return None if seconds is None else max(0, min(MAX_RETRY_AFTER_S, math.ceil(seconds)))
 
 
 def excerpt(body: bytes, secret_values: Iterable[str] = ()) -> str:
