@@ -33,10 +33,14 @@ from aiohttp import web
 
 from mcp_gateway import endpoint
 from mcp_gateway.asgi import Receive, Scope, Send, respond
+from mcp_gateway.call_log import CallLogWriter
 from mcp_gateway.jsonrpc import encode
 from mcp_gateway.keys import KeyResolver
 from mcp_gateway.metrics import SNAPSHOT_VERSION, start_metrics_server
+from mcp_gateway.rate_limits import RateLimiter
 from mcp_gateway.refresher import Refresher, resilient_conninfo
+from mcp_gateway.replicas import Replicas
+from mcp_gateway.retention import Pruner
 from mcp_gateway.sessions import SessionSigner
 from mcp_gateway.snapshot import Snapshot, SnapshotOptions
 from mcp_gateway.state import GatewayState
@@ -47,6 +51,7 @@ from shared.last_use import LastUseRecorder
 from shared.logging import configure_logging
 from shared.outbound import UpstreamExecutor
 from shared.settings import Settings, SettingsError, load_settings
+from shared.spec import RateLimit
 from shared.ssrf import AddressPolicy
 
 log = structlog.get_logger(__name__)
@@ -62,6 +67,7 @@ class GatewayApp:
         self.secret_key = settings.require_secret_key()
         self.state: GatewayState | None = None
         self._metrics: web.AppRunner | None = None
+        self._pruner: Pruner | None = None
         self._chained_signals: dict[int, Any] = {}  # signal -> the handler we chained to
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -94,6 +100,7 @@ class GatewayApp:
             else None,
             "database_reachable": refresher.database_reachable,
             "listening": refresher.listening,
+            "replicas": state.replicas.count,  # live gateway processes sharing rate limits
         }
         if not refresher.loaded:
             body["status"] = "starting"
@@ -154,6 +161,8 @@ class GatewayApp:
         )
         keys = KeyResolver(hasher, pool, database_reachable=lambda: refresher.database_reachable)
         await refresher.start()
+        replicas = Replicas(pool)
+        default_limit = settings.default_rate_limit()
         self.state = GatewayState(
             settings=settings,
             pool=pool,
@@ -162,15 +171,25 @@ class GatewayApp:
             sessions=SessionSigner(self.secret_key, settings.mcp_session_ttl_s),
             streams=streams,
             key_use=LastUseRecorder("api_keys"),
+            call_log=CallLogWriter(pool, interval_s=settings.call_log_flush_ms / 1000),
             executor=UpstreamExecutor(
                 AddressPolicy.from_settings(
                     allow_private_upstreams=settings.allow_private_upstreams,
                     upstream_allowlist=settings.upstream_allowlist,
                 )
             ),
+            replicas=replicas,
+            limiter=RateLimiter(replicas.share),
+            default_rate_limit=RateLimit(requests=default_limit[0], per_seconds=default_limit[1])
+            if default_limit
+            else None,
         )
         await self.state.executor.start()
+        replicas.start()
+        self._pruner = Pruner(pool, settings)
+        self._pruner.start()
         self.state.key_use.start(pool)
+        self.state.call_log.start()
         try:
             self._metrics = await start_metrics_server(
                 settings.host,
@@ -216,9 +235,13 @@ class GatewayApp:
             with contextlib.suppress(Exception):
                 await self._metrics.cleanup()
         self._unchain_signals()
+        if self._pruner is not None:
+            await self._pruner.stop()
         if self.state is not None:
             self.state.streams.shut_down()
+            await self.state.replicas.stop()
             await self.state.key_use.stop(self.state.pool)
+            await self.state.call_log.stop()
             await self.state.executor.close()
             await self.state.refresher.stop()
             await self.state.pool.close()

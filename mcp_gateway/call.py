@@ -14,7 +14,9 @@ from mcp_gateway.asgi import (
     send_event,
     start_stream,
 )
-from mcp_gateway.metrics import REQUESTS
+from mcp_gateway.jsonrpc import RATE_LIMITED_CODE, RequestId, encode, error
+from mcp_gateway.metrics import RATE_LIMITED, REQUESTS
+from mcp_gateway.rate_limits import MethodClass
 from mcp_gateway.snapshot import Agent, Key
 from mcp_gateway.state import GatewayState
 
@@ -63,6 +65,21 @@ class Call:
     ) -> None:
         REQUESTS.labels(self.label, str(status)).inc()
         await respond(self.send, status, body, headers=headers)
+
+    async def admit(
+        self, kind: MethodClass, request_id: RequestId | None = None, cost: int = 1
+    ) -> bool:
+        """Take ``cost`` from the key's rate limit; over it, answer 429 and return False."""
+        limit = self.agent.rate_limit or self.state.default_rate_limit
+        wait_s = self.state.limiter.take(self.key.id, limit, kind, cost)
+        if not wait_s:
+            return True
+        RATE_LIMITED.labels(f"{self.agent.workspace}/{self.agent.slug}", kind).inc()
+        body = encode(
+            error(request_id, RATE_LIMITED_CODE, "rate limit exceeded", {"retry_after_s": wait_s})
+        )
+        await self.answer(429, body, {"Retry-After": str(wait_s)})
+        return False
 
     async def reply(self, body: bytes, headers: dict[str, str] | None = None) -> None:
         """A 200 answer: JSON when the client accepts it, else one SSE event."""

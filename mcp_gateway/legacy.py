@@ -36,6 +36,7 @@ from mcp_gateway.jsonrpc import (
     result,
 )
 from mcp_gateway.metrics import REQUESTS
+from mcp_gateway.rate_limits import MethodClass
 from mcp_gateway.sessions import MalformedSessionId, SessionClaims, session_hash
 from mcp_gateway.streams import LIST_CHANGED, serve_stream
 from mcp_gateway.tool_call import tools_call
@@ -124,10 +125,14 @@ async def _post(call: Call, version_header: str | None) -> None:
         return
     call.rpc_method = message.method or "response"
     if message.method == "initialize":
-        await _initialize(call, message)
+        if await call.admit("other", message.id):
+            await _initialize(call, message)
         return
     claims = await _session(call, version_header)
     if claims is None:
+        return
+    kind: MethodClass = "tools_call" if message.method == "tools/call" else "other"
+    if not await call.admit(kind, message.id):
         return
     if not message.is_request:
         await call.answer(202)
@@ -142,6 +147,13 @@ async def _batch(call: Call, items: list[Any], version_header: str | None) -> No
         return
     if claims.protocol_version != BATCH_VERSION or not items:
         await _bad(call, 400, INVALID_REQUEST, "JSON-RPC batches exist only in protocol 2025-03-26")
+        return
+    calls = sum(
+        1 for item in items if isinstance(item, dict) and item.get("method") == "tools/call"
+    )
+    if calls and not await call.admit("tools_call", cost=calls):
+        return
+    if len(items) > calls and not await call.admit("other", cost=len(items) - calls):
         return
     answers: list[bytes] = []
     for item in items:
@@ -203,7 +215,7 @@ async def _listen(call: Call, version_header: str | None) -> None:
         await _bad(call, 400, INVALID_REQUEST, "GET needs Accept: text/event-stream")
         return
     claims = await _session(call, version_header)
-    if claims is None:
+    if claims is None or not await call.admit("other"):
         return
     digest = session_hash((call.headers.get("mcp-session-id") or "").strip())
     terminated = call.state.refresher.terminated
@@ -223,7 +235,7 @@ async def _delete(call: Call, version_header: str | None) -> None:
     """End the session on every replica: the termination list row plus a NOTIFY."""
     call.rpc_method = "DELETE"
     claims = await _session(call, version_header)
-    if claims is None:
+    if claims is None or not await call.admit("other"):
         return
     digest = session_hash((call.headers.get("mcp-session-id") or "").strip())
     expires = call.state.sessions.expires_at(claims)

@@ -36,6 +36,7 @@ from mcp_gateway.jsonrpc import (
     result,
 )
 from mcp_gateway.metrics import REQUESTS
+from mcp_gateway.rate_limits import MethodClass
 from mcp_gateway.streams import LIST_CHANGED, serve_stream
 from mcp_gateway.tool_call import tools_call
 
@@ -64,6 +65,9 @@ async def handle(call: Call, method: str, version_header: str) -> None:
         message = await _read(call)
         request_id = message.id
         call.rpc_method = message.method or "response"
+        kind: MethodClass = "tools_call" if message.method == "tools/call" else "other"
+        if not await call.admit(kind, message.id):
+            return
         if not message.is_request:
             await call.answer(202)
             return

@@ -44,6 +44,7 @@ class Tool:
 @dataclass(frozen=True, slots=True)
 class Agent:
     id: int
+    workspace_id: int  # for the call log, which stores ids
     workspace: str
     slug: str
     published: bool
@@ -188,7 +189,13 @@ async def load_snapshot(conn: Connection, options: SnapshotOptions | None = None
     for r in agent_rows:
         published = r["published"]
         if published is None:
-            agent = Agent(id=r["id"], workspace=r["workspace"], slug=r["slug"], published=False)
+            agent = Agent(
+                id=r["id"],
+                workspace_id=r["workspace_id"],
+                workspace=r["workspace"],
+                slug=r["slug"],
+                published=False,
+            )
         else:
             tools = _tools_for(published, versions, r["workspace_id"], options.language)
             pages = _paged([t.definition for t in tools], page_size)
@@ -196,6 +203,7 @@ async def load_snapshot(conn: Connection, options: SnapshotOptions | None = None
             rate = published.get("rate_limit")
             agent = Agent(
                 id=r["id"],
+                workspace_id=r["workspace_id"],
                 workspace=r["workspace"],
                 slug=r["slug"],
                 published=True,

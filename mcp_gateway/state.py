@@ -6,14 +6,18 @@ from dataclasses import dataclass
 
 from psycopg_pool import AsyncConnectionPool
 
+from mcp_gateway.call_log import CallLogWriter
 from mcp_gateway.keys import KeyResolver
+from mcp_gateway.rate_limits import RateLimiter
 from mcp_gateway.refresher import Refresher
+from mcp_gateway.replicas import Replicas
 from mcp_gateway.sessions import SessionSigner
 from mcp_gateway.streams import StreamHub
 from shared.db import Connection
 from shared.last_use import LastUseRecorder
 from shared.outbound import UpstreamExecutor
 from shared.settings import Settings
+from shared.spec import RateLimit
 
 
 @dataclass(slots=True)
@@ -26,3 +30,7 @@ class GatewayState:
     streams: StreamHub
     key_use: LastUseRecorder
     executor: UpstreamExecutor
+    call_log: CallLogWriter  # tools/call rows, written in batches
+    replicas: Replicas
+    limiter: RateLimiter
+    default_rate_limit: RateLimit | None  # CRANK_RATE_LIMIT; an agent's rate_limit wins

@@ -4,16 +4,26 @@ Protocol faults (unknown tool) are JSON-RPC errors; everything the model can
 act on is a tool result with ``isError: true`` and the structured error of
 shared.errors (STYLE "Errors"). Operations that need DELETE confirmation or
 human approval are refused for now: those gates come with the safety flows.
+
+Every call of a known tool, success or tool error, leaves one call log row
+(mcp_gateway.call_log, buffered: no database round trip here) and counts in
+the per-tool metrics. An unknown tool and the refusal above are protocol
+errors and leave neither.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import structlog
 
 from mcp_gateway.call import Call
+from mcp_gateway.call_log import CallRecord
 from mcp_gateway.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, Message, encode, error, result
+from mcp_gateway.metrics import agent_label, observe_tool_call
 from mcp_gateway.snapshot import Tool
 from shared.errors import ErrorCode, ToolError
 from shared.outbound import OutboundError, UpstreamRequest
@@ -22,6 +32,15 @@ from shared.response_selector import structured_content
 log = structlog.get_logger(__name__)
 
 TRUNCATED_META = "crank/truncated"
+
+
+@dataclass(slots=True)
+class _Upstream:
+    """What the upstream part of one call measured, for the call log and metrics."""
+
+    status: int | None = None  # None: no HTTP answer
+    attempts: int = 0
+    elapsed_ms: float | None = None  # None: the upstream was not called
 
 
 def _tool_result(structured: Any, *, is_error: bool, meta: dict[str, Any] | None) -> dict[str, Any]:
@@ -35,22 +54,33 @@ def _tool_result(structured: Any, *, is_error: bool, meta: dict[str, Any] | None
     return value
 
 
-async def _execute(call: Call, tool: Tool, arguments: Any, *, wrap_arrays: bool) -> dict[str, Any]:
+async def _execute(
+    call: Call, tool: Tool, arguments: Any, upstream: _Upstream, *, wrap_arrays: bool
+) -> dict[str, Any]:
     compiled = tool.compiled
     cleaned = compiled.validate(arguments)
     built = compiled.build(cleaned, call.agent.secrets)
     idempotency = tool.spec.execution_config.idempotency
-    response = await call.state.executor.execute(
-        UpstreamRequest(
-            method=built.method,
-            url=built.url,
-            headers=built.headers,
-            body=built.body,
-            timeout_ms=tool.spec.execution_config.timeout_ms,
-            retries=tool.spec.execution_config.retries,
-            idempotency_header=idempotency.header if idempotency else None,
+    started = time.perf_counter()
+    try:
+        response = await call.state.executor.execute(
+            UpstreamRequest(
+                method=built.method,
+                url=built.url,
+                headers=built.headers,
+                body=built.body,
+                timeout_ms=tool.spec.execution_config.timeout_ms,
+                retries=tool.spec.execution_config.retries,
+                idempotency_header=idempotency.header if idempotency else None,
+            )
         )
-    )
+    except OutboundError as exc:
+        upstream.attempts = exc.attempts
+        upstream.elapsed_ms = (time.perf_counter() - started) * 1000
+        raise
+    upstream.status = response.status
+    upstream.attempts = response.attempts
+    upstream.elapsed_ms = response.elapsed_ms
     selected = compiled.select(
         response.status, response.headers, response.body, secret_values=built.secret_values
     )
@@ -83,22 +113,65 @@ async def tools_call(call: Call, message: Message, *, modern: bool) -> bytes:
             )
         )
     language = call.state.settings.language
+    called_at = datetime.now(UTC)
+    started = time.perf_counter()
+    upstream = _Upstream()
+    outcome: str = "ok"
     try:
         value = await _execute(
-            call, tool, message.params.get("arguments") or {}, wrap_arrays=not modern
+            call, tool, message.params.get("arguments") or {}, upstream, wrap_arrays=not modern
         )
     except ToolError as exc:
         exc.request_id = call.request_id
+        outcome = exc.error_code
         value = _tool_result(exc.to_structured(), is_error=True, meta=None)
     except OutboundError as exc:
         code = cast(ErrorCode, exc.code)
+        outcome = code
         failure = ToolError.of(code, language=language, request_id=call.request_id)
         log.info("tool_call_failed", tool=tool.name, error_code=exc.code, attempts=exc.attempts)
         value = _tool_result(failure.to_structured(), is_error=True, meta=None)
     except Exception:
         log.exception("tool_call_crashed", tool=tool.name)
+        outcome = "internal_error"
         failure = ToolError.of("internal_error", language=language, request_id=call.request_id)
         value = _tool_result(failure.to_structured(), is_error=True, meta=None)
+    _account(call, tool, outcome, upstream, called_at, (time.perf_counter() - started) * 1000)
     if modern:
         value["resultType"] = "complete"
     return encode(result(message.id, value))
+
+
+def _account(
+    call: Call,
+    tool: Tool,
+    outcome: str,
+    upstream: _Upstream,
+    called_at: datetime,
+    duration_ms: float,
+) -> None:
+    """One call log row (buffered) and the per-tool metrics for a finished call."""
+    agent = call.agent
+    upstream_ms = upstream.elapsed_ms
+    observe_tool_call(
+        agent_label(agent.workspace, agent.slug),
+        tool.name,
+        outcome,
+        None if upstream_ms is None else upstream_ms / 1000,
+    )
+    call.state.call_log.record(
+        CallRecord(
+            called_at=called_at,
+            workspace_id=agent.workspace_id,
+            agent_id=agent.id,
+            key_id=call.key.id,
+            request_id=call.request_id,
+            tool=tool.name,
+            tool_version=tool.version,
+            outcome=outcome,
+            upstream_status=upstream.status,
+            attempts=upstream.attempts,
+            duration_ms=duration_ms,
+            upstream_ms=upstream_ms,
+        )
+    )

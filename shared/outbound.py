@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import ipaddress
 import random
 import time
 from collections.abc import Sequence
@@ -131,7 +132,10 @@ class ExecutorConfig:
 
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
-_RETRY_STATUSES = frozenset({429, 502, 503, 504})
+# 500 too: a transient server fault is the commonest 5xx, and only retry-safe
+# requests are ever repeated (as the AWS and Google client libraries do); 501,
+# 505 and the rest say the same call will fail again.
+_RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 # Headers kept on a redirect to another origin; credentials and anything custom drop.
 _CROSS_ORIGIN_HEADERS = frozenset(
@@ -243,7 +247,7 @@ class UpstreamExecutor:
 
     async def execute(self, request: UpstreamRequest) -> UpstreamResponse:
         """Send ``request``; retries (only if ``retry_safe``) on connect errors,
-        timeouts, 429 and 502/503/504, within ``timeout_ms * (retries + 1)``."""
+        timeouts, 429 and 500/502/503/504, within ``timeout_ms * (retries + 1)``."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         per_attempt = request.timeout_ms / 1000
@@ -334,6 +338,21 @@ class UpstreamExecutor:
 def _check_scheme(url: URL) -> None:
     if url.scheme not in ("http", "https") or not url.host:
         raise UpstreamBlocked(f"only http and https URLs are allowed, got {url.scheme!r}")
+    # A host of digits and dots that is no dotted quad (2130706433, 127.1,
+    # 0177.0.0.1) is IPv4 in a legacy notation that socket libraries map onto an
+    # address. aiohttp refuses it as an invalid URL, which would surface as
+    # upstream_response_invalid; it is an address trick, so the guard refuses it.
+    host = url.host
+    if host.replace(".", "").isdigit() and not _dotted_quad(host):
+        raise UpstreamBlocked(f"{host!r} is not a canonical IPv4 address")
+
+
+def _dotted_quad(host: str) -> bool:
+    try:
+        ipaddress.IPv4Address(host)  # refuses leading zeros, short and long forms
+    except ValueError:
+        return False
+    return True
 
 
 def _redirect(

@@ -24,6 +24,8 @@ Decisions where DESIGN is silent:
   operation has a ``select``; without one it becomes ``{"text": ...}``
   (decoded as UTF-8, invalid bytes replaced), cut to fit ``max_bytes``.
 - An empty success body (e.g. 204) selects to ``None``.
+- A ``select`` that fails on the answer at run time (a JMESPath type error)
+  is upstream_response_invalid: the answer does not have the expected shape.
 - Retry-After (delta seconds or an HTTP date) is bounded to 0..3600 s and
   also kept on 503 (upstream_unavailable), the other status that sends it.
 - ``max_bytes`` counts the selected value's compact JSON, before the
@@ -40,6 +42,7 @@ from datetime import datetime
 from typing import Any
 
 import jmespath
+import jmespath.exceptions
 import msgspec
 
 from shared import outbound
@@ -219,7 +222,10 @@ class ResponseSelector:
                 data = self._select.search(data)
             value, truncated = _cap(data, self._max_items)
             return self._fit(value, truncated, status, body, secrets)
-        except RecursionError:
+        # A selection that fails on this answer (``length(x)`` where x is a number)
+        # means the API answered in a shape the tool does not expect: the same
+        # code as an unreadable body, not an internal_error.
+        except (RecursionError, jmespath.exceptions.JMESPathError):
             raise self._error("upstream_response_invalid", status, body, secrets) from None
 
     def _fit(

@@ -25,6 +25,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     mcp_session_ttl_s: int = 86400
     mcp_listen: bool = True  # LISTEN for publishes; false behind a transaction-pooling PgBouncer
     mcp_tools_page_size: int = 500  # tools per tools/list page (DESIGN "Tools/list paging")
+    # tools/call per key: "REQUESTS/SECONDS", or "off"; an agent's rate_limit overrides it.
+    rate_limit: str = "600/60"
+    call_log_flush_ms: int = 1000  # the call log is written in batches this often
+    # Retention in days; 0 keeps rows forever (DESIGN "Retention").
+    call_log_retention_days: int = 30
+    audit_log_retention_days: int = 365
     allow_private_upstreams: bool = False
     upstream_allowlist: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
@@ -34,6 +40,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_body_bytes: int = 1_048_576
     db_pool_size: int = 10
 
+    def default_rate_limit(self) -> tuple[int, int] | None:
+        """(requests, per_seconds) of CRANK_RATE_LIMIT; None when it is "off"."""
+        return parse_rate_limit(self.rate_limit)
+
     def require_secret_key(self) -> str:
         if not self.secret_key:
             raise SettingsError(
@@ -41,6 +51,22 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 "Generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
             )
         return self.secret_key
+
+
+def parse_rate_limit(raw: str) -> tuple[int, int] | None:
+    text = raw.strip().lower()
+    if text in ("off", "none", "0"):
+        return None
+    requests, slash, seconds = text.partition("/")
+    try:
+        value = (int(requests), int(seconds)) if slash else None
+    except ValueError:
+        value = None
+    if value is None or value[0] < 1 or not 1 <= value[1] <= 86400:
+        raise SettingsError(
+            f"CRANK_RATE_LIMIT must be REQUESTS/SECONDS (e.g. 600/60) or off, got {raw!r}"
+        )
+    return value
 
 
 _BOOL = {
@@ -85,6 +111,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise SettingsError(f"CRANK_LANGUAGE must be en or ru, got {settings.language!r}")
     if settings.mcp_refresh_ms < 100:
         raise SettingsError("CRANK_MCP_REFRESH_MS must be at least 100")
+    settings.default_rate_limit()  # raises on a value it cannot read
+    if not 100 <= settings.call_log_flush_ms <= 60_000:
+        raise SettingsError("CRANK_CALL_LOG_FLUSH_MS must be between 100 and 60000")
+    for name in ("call_log_retention_days", "audit_log_retention_days"):
+        if not 0 <= getattr(settings, name) <= 36_500:
+            raise SettingsError(f"CRANK_{name.upper()} must be between 0 and 36500")
     if not 1 <= settings.mcp_tools_page_size <= 10_000:
         raise SettingsError("CRANK_MCP_TOOLS_PAGE_SIZE must be between 1 and 10000")
     return settings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from control_plane.routes import agents, apply, audit, keys, operations, secrets
+from control_plane.routes import agents, apply, audit, calls, keys, operations, secrets
 from control_plane.routes.workspaces import WorkspaceController, me
 
 route_handlers: list[Any] = [
@@ -15,5 +15,6 @@ route_handlers: list[Any] = [
     *keys.handlers,
     *secrets.handlers,
     *audit.handlers,
+    *calls.handlers,
     *apply.handlers,
 ]

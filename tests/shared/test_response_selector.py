@@ -196,3 +196,11 @@ def test_arrays_are_wrapped_as_items_for_2025_protocol_versions_only() -> None:
     assert structured_content([1], wrap_arrays=True) == {"items": [1]}
     assert structured_content([1], wrap_arrays=False) == [1]
     assert structured_content({"a": 1}, wrap_arrays=True) == {"a": 1}
+
+
+@pytest.mark.parametrize("select", ["length(ok)", "sort(ok)", "abs(ok)"])
+def test_a_selection_that_fails_on_the_answer_is_upstream_response_invalid(select: str) -> None:
+    # A JMESPath type error at run time used to escape the selector (internal_error).
+    with pytest.raises(ToolError) as caught:
+        selector(select).select(200, {}, body({"ok": True}))
+    assert caught.value.error_code == "upstream_response_invalid"

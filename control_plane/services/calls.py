@@ -1,0 +1,104 @@
+"""Reading the call log the gateways write (mcp_gateway.call_log): newest
+first, keyset pagination on ``id``, filters by agent, tool and outcome.
+
+The log keeps ids, not names, and has no foreign keys (a row outlives the
+agent or key it names), so the agent slug and key prefix are looked up at read
+time and are null once that agent or key is deleted. The cursor is the
+audit log's (opaque, over ``id``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from control_plane.errors import ValidationFailed
+from control_plane.services.audit_query import decode_cursor, encode_cursor
+from shared.db import Connection
+from shared.errors import ERROR_CODES
+from shared.spec_validation import SLUG, TOOL_NAME, FieldError
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 500
+OUTCOMES = frozenset({"ok", *ERROR_CODES})
+
+
+class CallEntry(msgspec.Struct, kw_only=True):
+    id: int
+    called_at: datetime
+    agent: str | None  # slug; null once the agent is deleted
+    key_prefix: str | None  # null once the key is deleted
+    request_id: str
+    tool: str
+    tool_version: int | None
+    outcome: str  # "ok" or an error code
+    upstream_status: int | None
+    attempts: int
+    duration_ms: float
+    upstream_ms: float | None
+
+
+class CallPage(msgspec.Struct, kw_only=True):
+    items: list[CallEntry]
+    next_cursor: str | None
+
+
+class CallFilters(msgspec.Struct, kw_only=True):
+    agent: str | None = None
+    tool: str | None = None
+    outcome: str | None = None
+
+
+def _check(filters: CallFilters, limit: int) -> None:
+    problems: list[FieldError] = []
+    if not 1 <= limit <= MAX_LIMIT:
+        problems.append(FieldError("limit", f"must be between 1 and {MAX_LIMIT}"))
+    if filters.agent is not None and not SLUG.fullmatch(filters.agent):
+        problems.append(FieldError("agent", "not an agent slug"))
+    if filters.tool is not None and not TOOL_NAME.fullmatch(filters.tool):
+        problems.append(FieldError("tool", "not a tool name"))
+    if filters.outcome is not None and filters.outcome not in OUTCOMES:
+        problems.append(FieldError("outcome", "must be ok or an error code"))
+    if problems:
+        raise ValidationFailed(problems)
+
+
+async def list_calls(
+    conn: Connection,
+    workspace_id: int,
+    filters: CallFilters,
+    *,
+    limit: int = DEFAULT_LIMIT,
+    cursor: str | None = None,
+) -> CallPage:
+    _check(filters, limit)
+    before = decode_cursor(cursor) if cursor else None
+    cur = await conn.execute(
+        """SELECT c.id, c.called_at, a.slug AS agent, k.prefix AS key_prefix, c.request_id,
+                  c.tool, c.tool_version, c.outcome, c.upstream_status, c.attempts,
+                  c.duration_ms, c.upstream_ms
+             FROM call_log c
+             LEFT JOIN agents a ON a.id = c.agent_id
+             LEFT JOIN api_keys k ON k.id = c.key_id
+            WHERE c.workspace_id = %(ws)s
+              AND (%(before)s::bigint IS NULL OR c.id < %(before)s)
+              AND (%(agent)s::text IS NULL OR c.agent_id = (
+                     SELECT id FROM agents WHERE workspace_id = %(ws)s AND slug = %(agent)s))
+              AND (%(tool)s::text IS NULL OR c.tool = %(tool)s)
+              AND (%(outcome)s::text IS NULL OR c.outcome = %(outcome)s)
+            ORDER BY c.id DESC
+            LIMIT %(limit)s""",
+        {
+            "ws": workspace_id,
+            "before": before,
+            "agent": filters.agent,
+            "tool": filters.tool,
+            "outcome": filters.outcome,
+            "limit": limit + 1,
+        },
+    )
+    rows = await cur.fetchall()
+    items = [CallEntry(**row) for row in rows[:limit]]
+    next_cursor = encode_cursor(items[-1].id) if len(rows) > limit else None
+    return CallPage(items=items, next_cursor=next_cursor)

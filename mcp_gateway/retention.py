@@ -1,0 +1,114 @@
+"""Prune what only grows: old call log and audit rows, expired session ends.
+
+Every gateway process runs the loop; a Postgres advisory lock lets one of
+them work at a time, and the others skip that round. Rows go in batches of
+``BATCH`` so no delete holds locks or bloats WAL for long, with a bounded
+number of batches per round (the next round carries on).
+Retention periods: ``CRANK_CALL_LOG_RETENTION_DAYS`` and
+``CRANK_AUDIT_LOG_RETENTION_DAYS`` (0 keeps rows forever); a session end is
+kept until the session would have expired anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+
+import psycopg
+import structlog
+from psycopg_pool import AsyncConnectionPool
+
+from shared.db import Connection
+from shared.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+INTERVAL_S = 600.0
+FIRST_RUN_S = 30.0  # after start, so a rolling restart does not prune N times at once
+BATCH = 5000
+MAX_BATCHES = 100
+_LOCK_KEY = 0x6372616E6B0002  # "crank" + 2; migrations use their own key
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    table: str
+    condition: str  # SQL over the table's columns; %s is the retention in days, if any
+    days: int | None  # None: the condition needs no period; 0: keep forever
+
+
+def rules(settings: Settings) -> list[Rule]:
+    return [
+        Rule(
+            "call_log",
+            "called_at < now() - make_interval(days => %s)",
+            settings.call_log_retention_days,
+        ),
+        Rule(
+            "audit_log", "at < now() - make_interval(days => %s)", settings.audit_log_retention_days
+        ),
+        Rule("mcp_session_terminations", "expires_at < now()", None),
+    ]
+
+
+async def _prune_rule(conn: Connection, rule: Rule) -> int:
+    # The table and condition are constants of this module, never input.
+    statement = (
+        f"DELETE FROM {rule.table} WHERE id IN "
+        f"(SELECT id FROM {rule.table} WHERE {rule.condition} LIMIT {BATCH})"
+    )
+    params = (rule.days,) if rule.days is not None else ()
+    deleted = 0
+    for _ in range(MAX_BATCHES):
+        cur = await conn.execute(statement.encode(), params)
+        deleted += cur.rowcount
+        if cur.rowcount < BATCH:
+            break
+    return deleted
+
+
+async def prune_once(
+    pool: AsyncConnectionPool[Connection], settings: Settings
+) -> dict[str, int] | None:
+    """One round; None when another process holds the lock. Needs an autocommit pool."""
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT pg_try_advisory_lock(%s) AS locked", (_LOCK_KEY,))
+        row = await cur.fetchone()
+        if not row or not row["locked"]:
+            return None
+        try:
+            counts = {}
+            for rule in rules(settings):
+                if rule.days != 0:
+                    counts[rule.table] = await _prune_rule(conn, rule)
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_KEY,))
+    if any(counts.values()):
+        log.info("retention_pruned", **counts)
+    return counts
+
+
+class Pruner:
+    def __init__(self, pool: AsyncConnectionPool[Connection], settings: Settings) -> None:
+        self._pool = pool
+        self._settings = settings
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        async def loop() -> None:
+            await asyncio.sleep(FIRST_RUN_S)
+            while True:
+                try:
+                    await prune_once(self._pool, self._settings)
+                except (psycopg.Error, OSError) as exc:  # the database is away; next round
+                    log.warning("retention_failed", error=str(exc))
+                await asyncio.sleep(INTERVAL_S)
+
+        self._task = asyncio.create_task(loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
