@@ -4,9 +4,12 @@ Every error body has the same shape::
 
     {"code": "validation_failed", "message": "...", "errors": [{"field": ..., "message": ...}]}
 
+``lint_failed`` adds ``findings``: every linter finding, warnings included.
+
 ApiError
  ├── BadRequest            400 bad_request
  ├── ValidationFailed      400 validation_failed (field errors)
+ ├── LintFailed            422 lint_failed (field errors + findings)
  ├── Unauthorized          401 unauthorized
  ├── Forbidden             403 forbidden
  ├── NotFound              404 not_found
@@ -24,6 +27,7 @@ from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
+from control_plane.lint import Finding
 from shared.spec_validation import FieldError
 
 log = structlog.get_logger(__name__)
@@ -33,6 +37,7 @@ class ErrorBody(msgspec.Struct, kw_only=True, omit_defaults=True):
     code: str
     message: str
     errors: list[FieldError] = msgspec.field(default_factory=list)
+    findings: list[Finding] = msgspec.field(default_factory=list)
 
 
 class ApiError(Exception):
@@ -61,6 +66,29 @@ class ValidationFailed(ApiError):
             f"{e.field}: {e.message}" if e.field else e.message for e in errors[:5]
         )
         super().__init__(summary or "validation failed", errors=errors)
+
+
+class LintFailed(ApiError):
+    """The linter found errors, so nothing was published; ``findings`` holds them all."""
+
+    status_code = 422
+    code = "lint_failed"
+
+    def __init__(
+        self,
+        errors: list[FieldError],
+        findings: list[Finding],
+        subject: str,
+        *,
+        outcome: str = "nothing was published",
+    ) -> None:
+        count = sum(f.severity == "error" for f in findings)
+        rules = ", ".join(sorted({f.rule for f in findings if f.severity == "error"}))
+        plural = "s" if count != 1 else ""
+        super().__init__(
+            f"{subject}: {count} lint error{plural} ({rules}); {outcome}", errors=errors
+        )
+        self.findings = findings
 
 
 class Unauthorized(ApiError):
@@ -94,8 +122,11 @@ def _body(code: str, message: str, errors: list[FieldError] | None = None) -> Er
 
 def api_error_handler(_request: Request[Any, Any, Any], exc: ApiError) -> Response[ErrorBody]:
     headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+    body = _body(exc.code, exc.message, exc.errors)
+    if isinstance(exc, LintFailed):
+        body.findings = exc.findings
     return Response(
-        _body(exc.code, exc.message, exc.errors),
+        body,
         status_code=exc.status_code,
         headers=headers,
         media_type=MediaType.JSON,

@@ -2,9 +2,11 @@
 
 The file (YAML, or JSON for ``*.json``; ``-`` reads stdin) is decoded here
 first, so a typo is reported with its path before anything is sent; the
-control plane then validates everything, applies the file in one transaction
-and answers with the plan, printed as a table. Applying the same file again
-changes nothing and prints "no changes".
+control plane then validates and lints everything, applies the file in one
+transaction and answers with the plan, printed as a table with the linter's
+warnings under it, per resource. Lint errors refuse the whole file and are
+printed the same way. Applying the same file again changes nothing and
+prints "no changes".
 
 The target workspace is ``--workspace``, else the file's ``workspace``, else
 ``default``. A file without ``workspace`` goes wherever ``--workspace`` says;
@@ -36,6 +38,8 @@ import yaml
 
 from control_plane.cli.client import ApiError, Client, segment
 from control_plane.cli.common import CliError
+from control_plane.lint import Finding
+from control_plane.lint.report import render_findings, summary
 from control_plane.services.apply import ApplyPlan, PlanItem
 from shared.spec import CrankFile
 from shared.spec_validation import FieldError, decode_error_to_field
@@ -103,6 +107,12 @@ def print_errors(name: str, errors: list[FieldError], document: Any) -> None:
         print(f"  {label(error.field, document)}: {error.message}", file=sys.stderr)
 
 
+def print_lint_errors(name: str, findings: list[Finding]) -> None:
+    print(f"{name}: {summary(findings)}; nothing was applied", file=sys.stderr)
+    for line in render_findings(findings, indent="  "):
+        print(line, file=sys.stderr)
+
+
 def decode_file(document: Any) -> CrankFile:
     if document is None:
         raise msgspec.ValidationError("the file is empty")
@@ -134,6 +144,9 @@ def render_plan(plan: ApplyPlan) -> list[str]:
     if warnings:
         lines.append("warnings:")
         lines += [f"  {item.kind} {item.name}: {w.message} [{w.code}]" for item, w in warnings]
+    if plan.findings:
+        lines.append(f"lint: {summary(plan.findings)}")
+        lines += render_findings(plan.findings, indent="  ")
     if not plan.changed:
         lines.append(f"no changes: all {len(plan.items)} resources already match the file")
         return lines
@@ -168,6 +181,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         body = client.post(f"/workspaces/{segment(workspace)}/apply", file, query)
     except ApiError as exc:
+        if exc.code == "lint_failed" and exc.findings:
+            print_lint_errors(name, exc.findings)
+            return EXIT_INVALID
         if exc.code != "validation_failed" or not exc.errors:
             raise
         print_errors(name, exc.errors, document)
@@ -187,8 +203,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description=(
             "Create or update the operations and agents of FILE in a workspace, and with "
             "--publish publish what changed. A second apply of the same file changes nothing. "
-            "Exit codes: 0 applied or no changes, 1 errors in the file (nothing applied), "
-            "2 usage or connection errors."
+            "Exit codes: 0 applied or no changes, 1 errors in the file, lint errors included "
+            "(nothing applied), 2 usage or connection errors."
         ),
     )
     parser.add_argument(

@@ -11,8 +11,9 @@ Where it connects, first match wins:
 Loopback URLs bypass ``http_proxy``; redirects are not followed (they would
 carry the token to wherever the redirect points). Every failure becomes one
 line in a ``CliError``: connection refused, a refused token, or the server's
-error body ``{code, message, errors}``. ``validation_failed`` answers carry
-their field errors and exit code 1; everything else exits 2.
+error body ``{code, message, errors}``. ``validation_failed`` and
+``lint_failed`` answers carry their field errors (and the linter's
+``findings``) and exit code 1; everything else exits 2.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import IO, TYPE_CHECKING, Any
 import msgspec
 
 from control_plane.cli.common import CliError
+from control_plane.lint import Finding
 from shared.spec_validation import FieldError
 
 if TYPE_CHECKING:
@@ -45,12 +47,18 @@ class ApiError(CliError):
     """The control plane answered with an error status."""
 
     def __init__(
-        self, status: int, code: str, message: str, errors: list[FieldError] | None = None
+        self,
+        status: int,
+        code: str,
+        message: str,
+        errors: list[FieldError] | None = None,
+        findings: list[Finding] | None = None,
     ) -> None:
         self.status = status
         self.code = code
         self.errors = errors or []
-        exit_code = 1 if code == "validation_failed" else 2
+        self.findings = findings or []
+        exit_code = 1 if code in ("validation_failed", "lint_failed") else 2
         super().__init__(_describe(status, code, message), exit_code=exit_code)
 
 
@@ -58,6 +66,7 @@ class _ErrorBody(msgspec.Struct, kw_only=True):
     code: str = "http_error"
     message: str = ""
     errors: list[FieldError] = msgspec.field(default_factory=list)
+    findings: list[Finding] = msgspec.field(default_factory=list)
 
 
 def _describe(status: int, code: str, message: str) -> str:
@@ -226,4 +235,4 @@ def _api_error(status: int, raw: bytes, location: str | None) -> ApiError:
     except (msgspec.DecodeError, msgspec.ValidationError):
         text = raw.decode("utf-8", "replace").strip().replace("\n", " ")[:200]
         return ApiError(status, "http_error", text or "no details")
-    return ApiError(status, body.code, body.message, body.errors)
+    return ApiError(status, body.code, body.message, body.errors, body.findings)

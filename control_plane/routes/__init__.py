@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from control_plane.routes import agents, apply, audit, calls, keys, operations, secrets
+from control_plane.routes import (
+    agents,
+    apply,
+    audit,
+    calls,
+    imports,
+    keys,
+    lint,
+    operations,
+    secrets,
+)
 from control_plane.routes.workspaces import WorkspaceController, me
 
 route_handlers: list[Any] = [
@@ -17,4 +27,6 @@ route_handlers: list[Any] = [
     *audit.handlers,
     *calls.handlers,
     *apply.handlers,
+    *lint.handlers,
+    *imports.handlers,
 ]

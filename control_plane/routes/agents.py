@@ -21,6 +21,7 @@ from control_plane.auth import Role, load_workspace
 from control_plane.deps import Caller, DbConn
 from control_plane.errors import NotFound
 from control_plane.etag import etag, parse_if_match
+from control_plane.lint import Finding
 from control_plane.services.agents import (
     AgentRow,
     PublishWarning,
@@ -71,6 +72,7 @@ class PublishOutcome(msgspec.Struct, kw_only=True):
     changed: bool
     warnings: list[PublishWarning]
     agent: AgentView
+    findings: list[Finding]  # the linter's warnings (errors refuse the publish: 422)
 
 
 def _view(row: AgentRow) -> AgentView:
@@ -170,6 +172,7 @@ class AgentController(Controller):
             changed=result.changed,
             warnings=result.warnings,
             agent=_view(result.agent),
+            findings=result.findings,
         )
         return Response(outcome, headers={"ETag": etag(result.agent.id, result.agent.revision)})
 

@@ -18,7 +18,8 @@ from litestar.status_codes import HTTP_200_OK
 
 from control_plane.auth import Role, load_workspace
 from control_plane.deps import Caller, DbConn
-from control_plane.errors import BadRequest, ValidationFailed
+from control_plane.errors import BadRequest, LintFailed, ValidationFailed
+from control_plane.lint import has_errors
 from control_plane.services.apply import ApplyPlan, apply_file
 from shared.spec import CrankFile
 from shared.spec_validation import FieldError
@@ -32,8 +33,9 @@ from shared.spec_validation import FieldError
     description=(
         "Idempotent: a second apply of the same file reports every resource unchanged "
         "and writes nothing. `dry_run` reports the same plan and writes nothing. A file "
-        "with errors gets 400 `validation_failed` with paths into the file and changes "
-        "nothing."
+        "with errors gets 400 `validation_failed` with paths into the file, one with lint "
+        "errors 422 `lint_failed` with the linter's `findings`; either changes nothing. "
+        "Lint warnings are in the plan's `findings`."
     ),
 )
 async def apply_operation_file(
@@ -52,6 +54,8 @@ async def apply_operation_file(
             errors=[FieldError("workspace", f"must be {ws.slug!r} or omitted")],
         )
     plan = await apply_file(conn, ws, principal.actor, data, publish=publish, dry_run=dry_run)
+    if plan.errors and has_errors(plan.findings):
+        raise LintFailed(plan.errors, plan.findings, "the file", outcome="nothing was applied")
     if plan.errors:
         raise ValidationFailed(plan.errors)
     return plan

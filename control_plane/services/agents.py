@@ -26,11 +26,13 @@ from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
 
 from control_plane.auth import Role, Workspace
-from control_plane.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from control_plane.errors import Conflict, Forbidden, LintFailed, NotFound, ValidationFailed
 from control_plane.etag import Precondition, check_revision
+from control_plane.lint import Finding, has_errors, lint_agent, to_field_errors
 from control_plane.services.audit import record
 from control_plane.services.catalog import bump_catalog
 from control_plane.services.constraints import refuse_check_violations
+from control_plane.services.operations import serving_specs
 from shared.db import Connection
 from shared.spec import AgentSpec, agent_from_builtins, spec_to_builtins
 from shared.spec_validation import FieldError, validate_agent
@@ -69,6 +71,7 @@ class AgentPublishResult:
     published_version: int
     changed: bool  # False: the published state already equalled the draft
     warnings: list[PublishWarning]
+    findings: list[Finding]  # the linter's; warnings only when changed
 
 
 def published_state(draft: dict[str, Any]) -> dict[str, Any]:
@@ -232,24 +235,35 @@ async def _catalog_warnings(
     return warnings
 
 
+async def lint_agent_draft(conn: Connection, ws: Workspace, draft: dict[str, Any]) -> list[Finding]:
+    """The linter's findings of an agent draft, against the specs its tools serve."""
+    spec = agent_from_builtins(draft)
+    return lint_agent(spec, await serving_specs(conn, ws.id, spec.operations))
+
+
 async def publish_agent(
     conn: Connection, ws: Workspace, actor: str, slug: str, expected: Precondition | None
 ) -> AgentPublishResult:
     """Copy the draft into the published state. Publishing a draft that equals
     the published state makes no new version (``changed=False``) and no catalog
-    bump; the warnings are reported either way."""
+    bump; the warnings and lint findings are reported either way, and lint
+    errors refuse only a publish that would change something."""
     current = await _lock_agent(conn, ws, slug)
     if expected is not None:
         check_revision(expected, current.id, current.revision, f"agent {slug!r}")
     state = published_state(current.draft)
     warnings = await _catalog_warnings(conn, ws, state["operations"])
+    findings = await lint_agent_draft(conn, ws, current.draft)
     if state == current.published:
         return AgentPublishResult(
             agent=current,
             published_version=current.published_version,
             changed=False,
             warnings=warnings,
+            findings=findings,
         )
+    if has_errors(findings):
+        raise LintFailed(to_field_errors(findings), findings, f"agent {slug!r}")
     cur = await conn.execute(
         f"""UPDATE agents SET published = %s, published_version = published_version + 1,
                    published_at = now(), updated_at = now()
@@ -278,6 +292,7 @@ async def publish_agent(
         published_version=row["published_version"],
         changed=True,
         warnings=warnings,
+        findings=findings,
     )
 
 

@@ -1,9 +1,11 @@
 """``crank apply``: bring a workspace to what an operation file says, or say why not.
 
 1. **Check** (no database writes): every operation and agent is validated,
-   names are unique within the file, and every operation an agent binds is in
-   the file or already in the workspace. Any error stops here; the plan lists
-   them with paths into the file (``operations[2].request.url``).
+   names are unique within the file, every operation an agent binds is in
+   the file or already in the workspace, and the linter finds no errors (with
+   or without publishing: the file is what CI checks). Any error stops here;
+   the plan lists them with paths into the file (``operations[2].request.url``)
+   and, for lint errors, every finding.
 2. **Lock**: a transaction-scoped advisory lock per workspace serializes
    concurrent applies (rows that do not exist yet cannot be locked), and the
    existing rows the file names are locked ``FOR UPDATE`` in id order, so an
@@ -32,6 +34,7 @@ import msgspec
 from control_plane.auth import Workspace
 from control_plane.errors import ApiError
 from control_plane.etag import Precondition
+from control_plane.lint import Finding, file_paths, has_errors, lint_file, to_field_errors
 from control_plane.services import agents, operations
 from shared.db import Connection
 from shared.spec import AgentSpec, CrankFile, OperationSpec
@@ -61,6 +64,7 @@ class ApplyPlan(msgspec.Struct, kw_only=True):
     changed: bool = False
     items: list[PlanItem] = msgspec.field(default_factory=list)
     errors: list[FieldError] = msgspec.field(default_factory=list)
+    findings: list[Finding] = msgspec.field(default_factory=list)  # the linter's, all resources
 
 
 class _Rejected(Exception):
@@ -244,6 +248,12 @@ async def apply_file(
     existing = await _lock(conn, ws, file)
     plan.errors = _unresolved_bindings(file, existing)
     if plan.errors:
+        return plan
+    in_file = {op.name for op in file.operations}
+    bound_only = sorted({name for a in file.agents for name in a.operations} - in_file)
+    plan.findings = lint_file(file, await operations.serving_specs(conn, ws.id, bound_only))
+    if has_errors(plan.findings):
+        plan.errors = to_field_errors(plan.findings, file_paths(file))
         return plan
     try:
         async with conn.transaction(force_rollback=dry_run):

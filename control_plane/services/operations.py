@@ -25,8 +25,9 @@ from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
 
 from control_plane.auth import Workspace
-from control_plane.errors import Conflict, NotFound, ValidationFailed
+from control_plane.errors import Conflict, LintFailed, NotFound, ValidationFailed
 from control_plane.etag import Precondition, check_revision
+from control_plane.lint import Finding, has_errors, lint_operation, to_field_errors
 from control_plane.services.audit import record
 from control_plane.services.catalog import bump_catalog
 from control_plane.services.constraints import refuse_check_violations
@@ -65,6 +66,7 @@ class PublishResult(msgspec.Struct, kw_only=True):
     version: int  # the latest version after the call
     changed: bool  # False: the draft already was the latest version, nothing was made
     revision: int  # the draft's revision after the call
+    findings: list[Finding] = msgspec.field(default_factory=list)  # the linter's, warnings
 
 
 class DiscardResult(msgspec.Struct, kw_only=True):
@@ -144,6 +146,29 @@ async def require_operation(conn: Connection, ws: Workspace, name: str) -> Opera
     if row is None:
         raise NotFound(f"operation {name!r} not found in workspace {ws.slug!r}")
     return row
+
+
+async def serving_specs(
+    conn: Connection, workspace_id: int, names: list[str]
+) -> dict[str, OperationSpec]:
+    """The spec each named operation serves, or will once published: its latest
+    published version, else its draft. What the agent linter compares; names
+    that do not exist and specs stored before a format change are left out."""
+    cur = await conn.execute(
+        """SELECT o.name, coalesce(v.spec, o.draft) AS spec
+             FROM operations o
+             LEFT JOIN operation_versions v
+                    ON v.operation_id = o.id AND v.version = o.latest_version
+            WHERE o.workspace_id = %s AND o.name = ANY(%s)""",
+        (workspace_id, names),
+    )
+    specs: dict[str, OperationSpec] = {}
+    for row in await cur.fetchall():
+        try:
+            specs[row["name"]] = operation_from_builtins(row["spec"])
+        except msgspec.ValidationError:
+            continue
+    return specs
 
 
 def _check_revision(row: OperationRow, expected: Precondition | None) -> None:
@@ -282,8 +307,19 @@ async def discard_draft(
     return result
 
 
-async def _check_publishable(conn: Connection, ws: Workspace, spec_value: dict[str, Any]) -> None:
-    """What every publish checks again: the spec is valid and its secrets exist.
+def lint_stored(spec_value: dict[str, Any]) -> list[Finding]:
+    """The linter's findings of a stored spec; none for one stored before a format change."""
+    try:
+        return lint_operation(operation_from_builtins(spec_value))
+    except msgspec.ValidationError:
+        return []
+
+
+async def _check_publishable(
+    conn: Connection, ws: Workspace, spec_value: dict[str, Any]
+) -> list[Finding]:
+    """What every publish checks again: the spec is valid, its secrets exist and the
+    linter finds no errors. Returns the linter's findings (warnings only).
 
     The secret row is locked ``FOR KEY SHARE`` until the transaction ends, so
     a concurrent delete of it waits for this publish instead of leaving a
@@ -310,6 +346,10 @@ async def _check_publishable(conn: Connection, ws: Workspace, spec_value: dict[s
             )
     if errors:
         raise ValidationFailed(errors)
+    findings = lint_operation(spec)
+    if has_errors(findings):
+        raise LintFailed(to_field_errors(findings), findings, f"operation {spec.name!r}")
+    return findings
 
 
 async def _new_version(
@@ -344,12 +384,16 @@ async def publish_operation(
     """Publish the draft as version latest+1; no version when it is the latest already."""
     row = await lock_operation(conn, ws, name)
     _check_revision(row, expected)
-    if not row.draft_changed:
+    if not row.draft_changed:  # nothing is published, so nothing is blocked
         assert row.latest_version is not None
         return PublishResult(
-            name=name, version=row.latest_version, changed=False, revision=row.revision
+            name=name,
+            version=row.latest_version,
+            changed=False,
+            revision=row.revision,
+            findings=lint_stored(row.draft),
         )
-    await _check_publishable(conn, ws, row.draft)
+    findings = await _check_publishable(conn, ws, row.draft)
     version = await _new_version(conn, ws, actor, row, row.draft)
     await record(
         conn,
@@ -360,7 +404,9 @@ async def publish_operation(
         resource_name=name,
         details={"version": version, "revision": row.revision},
     )
-    return PublishResult(name=name, version=version, changed=True, revision=row.revision)
+    return PublishResult(
+        name=name, version=version, changed=True, revision=row.revision, findings=findings
+    )
 
 
 async def rollback_operation(
@@ -376,8 +422,9 @@ async def rollback_operation(
     _check_revision(row, expected)
     target = await get_version(conn, ws, name, version)
     republish = target.spec != row.latest_spec
+    findings: list[Finding] = []
     if republish:
-        await _check_publishable(conn, ws, target.spec)
+        findings = await _check_publishable(conn, ws, target.spec)
     elif target.spec == row.draft:  # already the latest version and the draft
         assert row.latest_version is not None
         return PublishResult(
@@ -399,7 +446,9 @@ async def rollback_operation(
         resource_name=name,
         details={"from_version": version, "version": latest, "revision": row.revision},
     )
-    return PublishResult(name=name, version=latest, changed=republish, revision=row.revision)
+    return PublishResult(
+        name=name, version=latest, changed=republish, revision=row.revision, findings=findings
+    )
 
 
 async def list_versions(conn: Connection, ws: Workspace, name: str) -> list[VersionInfo]:

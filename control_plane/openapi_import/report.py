@@ -1,0 +1,64 @@
+"""What an import produced: operations, and everything a person should read about it.
+
+Wire types (msgspec Structs) because the service returns them in the import
+report as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import msgspec
+
+from shared.spec import AgentSpec, OperationSpec
+
+NoteCode = Literal[
+    "confirmation",  # DELETE: two-step confirmation applies
+    "idempotency",  # POST/PATCH without an idempotency key: set one if repeats duplicate
+    "idempotency_configured",  # an Idempotency-Key header parameter became the key
+    "parameter_dropped",  # an optional parameter Crank cannot send was left out
+    "static_header",  # a required header with one possible value became a static header
+    "schema_cut",  # part of a schema was cut (recursion, size, external $ref) or dropped
+    "auth",  # about the security scheme mapping
+    "body_dropped",  # an optional non-JSON body was left out
+    "deprecated",
+    "renamed",  # an argument was renamed (invalid identifier or a name collision)
+]
+
+
+class Skipped(msgspec.Struct, kw_only=True, frozen=True):
+    where: str  # "GET /pets/{petId}" (operationId in parentheses when there is one)
+    reason: str
+
+
+class Note(msgspec.Struct, kw_only=True, frozen=True):
+    operation: str  # the tool name
+    code: NoteCode
+    message: str
+
+
+class SecretNeeded(msgspec.Struct, kw_only=True, frozen=True):
+    name: str  # the workspace secret the operations' request.auth names
+    scheme: str  # the security scheme in the document
+    kind: str  # bearer, basic or header
+    description: str  # what to store in it
+    operations: int = 0  # how many imported operations use it
+
+
+class SourceInfo(msgspec.Struct, kw_only=True, frozen=True):
+    title: str
+    version: str  # the API's own version (info.version)
+    openapi: str  # "2.0", "3.0" or "3.1"
+    operations_total: int  # operations in the document
+    filtered_out: int  # left out by --include/--exclude
+
+
+@dataclass(slots=True)
+class ImportResult:
+    info: SourceInfo
+    operations: list[OperationSpec] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+    secrets: list[SecretNeeded] = field(default_factory=list)
+    agent: AgentSpec | None = None

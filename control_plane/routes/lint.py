@@ -1,0 +1,97 @@
+"""The linter over the API: a whole operation file, or a stored draft. Viewers may lint.
+
+``POST /workspaces/{workspace}/lint`` takes the body ``apply`` takes and
+answers what ``crank lint`` prints: validation errors as ``spec-invalid``
+findings and every lint finding, without writing anything. Agents are linted
+against the file's operations and, for operations the file does not hold, the
+workspace's (latest published version, else draft). The file's ``workspace``
+is not checked: nothing is written, so nothing can go to the wrong place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import get, post
+from litestar.params import FromPath, JSONBody
+from litestar.status_codes import HTTP_200_OK
+
+from control_plane.auth import Role, load_workspace
+from control_plane.deps import Caller, DbConn
+from control_plane.errors import NotFound
+from control_plane.lint import Finding, check_and_lint_file
+from control_plane.services.agents import get_agent, lint_agent_draft
+from control_plane.services.apply import check_file
+from control_plane.services.operations import lint_stored, require_operation, serving_specs
+from shared.spec import CrankFile
+from shared.spec_validation import FieldError
+
+
+class LintReport(msgspec.Struct, kw_only=True):
+    findings: list[Finding]
+
+
+def _unbound(file: CrankFile, known: set[str]) -> list[FieldError]:
+    return [
+        FieldError(
+            f"agents[{index}].operations[{position}]",
+            f"no operation named {name!r} in the file or the workspace",
+        )
+        for index, agent in enumerate(file.agents)
+        for position, name in enumerate(agent.operations)
+        if name not in known
+    ]
+
+
+@post(
+    "/workspaces/{workspace:str}/lint",
+    status_code=HTTP_200_OK,
+    tags=["lint"],
+    summary="Lint an operation file (the apply body) without writing anything",
+    description=(
+        "Answers `{findings}`: the file's validation errors as `spec-invalid` findings, then "
+        "every lint finding. Any finding with severity `error` would refuse an apply or a "
+        "publish. Needs the viewer role."
+    ),
+)
+async def lint_file_route(
+    workspace: FromPath[str], data: JSONBody[CrankFile], conn: DbConn, principal: Caller
+) -> LintReport:
+    ws = await load_workspace(conn, principal, workspace, Role.VIEWER)
+    in_file = {op.name for op in data.operations}
+    bound_only = sorted({name for agent in data.agents for name in agent.operations} - in_file)
+    stored = await serving_specs(conn, ws.id, bound_only)
+    invalid = check_file(data) + _unbound(data, in_file | set(stored))
+    return LintReport(findings=check_and_lint_file(data, invalid, stored))
+
+
+@get(
+    "/workspaces/{workspace:str}/operations/{name:str}/lint",
+    tags=["lint"],
+    summary="Lint an operation's draft",
+)
+async def lint_operation_draft(
+    workspace: FromPath[str], name: FromPath[str], conn: DbConn, principal: Caller
+) -> LintReport:
+    ws = await load_workspace(conn, principal, workspace, Role.VIEWER)
+    row = await require_operation(conn, ws, name)
+    return LintReport(findings=lint_stored(row.draft))
+
+
+@get(
+    "/workspaces/{workspace:str}/agents/{slug:str}/lint",
+    tags=["lint"],
+    summary="Lint an agent's draft against the operations it binds",
+)
+async def lint_agent_route(
+    workspace: FromPath[str], slug: FromPath[str], conn: DbConn, principal: Caller
+) -> LintReport:
+    ws = await load_workspace(conn, principal, workspace, Role.VIEWER)
+    row = await get_agent(conn, ws.id, slug)
+    if row is None:
+        raise NotFound(f"agent {slug!r} not found in workspace {ws.slug!r}")
+    return LintReport(findings=await lint_agent_draft(conn, ws, row.draft))
+
+
+handlers: list[Any] = [lint_file_route, lint_operation_draft, lint_agent_route]
