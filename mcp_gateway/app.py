@@ -2,8 +2,9 @@
 
 One ASGI callable fronts the process: the MCP endpoint
 (``/mcp/v1/{workspace}/{agent}`` and ``/v1/...``) goes straight to the lean
-handler; ``/healthz`` and ``/readyz`` are answered here. Metrics have their own
-port (``CRANK_METRICS_PORT``).
+handler, the approval-key endpoints (``.../{agent}/approvals...``) to
+mcp_gateway.approvals.endpoints; ``/healthz`` and ``/readyz`` are answered
+here. Metrics have their own port (``CRANK_METRICS_PORT``).
 
 ``/readyz`` answers 200 ``ready`` while the snapshot is current, 503
 ``starting`` before the first snapshot, and 503 ``degraded`` while the
@@ -13,8 +14,11 @@ intervals; a degraded gateway keeps serving its last snapshot
 
 Shutdown: granian waits for open answers before it runs the lifespan
 shutdown, and SSE streams never end by themselves, so the first SIGTERM or
-SIGINT ends every stream at once (``StreamHub.shut_down``); granian's own
-handling of the signal runs as before.
+SIGINT ends every stream at once (``StreamHub.shut_down``) and stops the
+approval worker from claiming; granian's own handling of the signal runs as
+before. The lifespan shutdown then gives running approved calls
+``CRANK_APPROVAL_SHUTDOWN_GRACE_S`` to finish and hands the rest back
+(mcp_gateway.approvals.worker).
 """
 
 from __future__ import annotations
@@ -32,8 +36,13 @@ import structlog
 from aiohttp import web
 
 from mcp_gateway import endpoint
+from mcp_gateway.approvals import endpoints as approval_endpoints
+from mcp_gateway.approvals.expiry import ExpirySweeper
+from mcp_gateway.approvals.leases import CHANNEL as APPROVALS_CHANNEL
+from mcp_gateway.approvals.worker import ApprovalWorker
 from mcp_gateway.asgi import Receive, Scope, Send, respond
 from mcp_gateway.call_log import CallLogWriter
+from mcp_gateway.confirmation import ConfirmationSigner
 from mcp_gateway.jsonrpc import encode
 from mcp_gateway.keys import KeyResolver
 from mcp_gateway.metrics import SNAPSHOT_VERSION, start_metrics_server
@@ -68,6 +77,7 @@ class GatewayApp:
         self.state: GatewayState | None = None
         self._metrics: web.AppRunner | None = None
         self._pruner: Pruner | None = None
+        self._expiry: ExpirySweeper | None = None
         self._chained_signals: dict[int, Any] = {}  # signal -> the handler we chained to
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -83,6 +93,8 @@ class GatewayApp:
             await respond(send, 503, encode({"status": "starting"}))
         elif match:
             await endpoint.handle(state, scope, receive, send, match[1], match[2])
+        elif approvals := approval_endpoints.PATH.fullmatch(path):
+            await approval_endpoints.handle(state, scope, receive, send, approvals)
         elif path == "/healthz":
             await respond(send, 200, encode({"status": "ok"}))
         elif path == "/readyz":
@@ -153,6 +165,7 @@ class GatewayApp:
             refresh_s=settings.mcp_refresh_ms / 1000,
             listen=settings.mcp_listen,
             on_swap=swapped,
+            notify={APPROVALS_CHANNEL: self._wake_approvals},
             options=SnapshotOptions(
                 page_size=settings.mcp_tools_page_size,
                 language=settings.language,
@@ -169,6 +182,7 @@ class GatewayApp:
             refresher=refresher,
             keys=keys,
             sessions=SessionSigner(self.secret_key, settings.mcp_session_ttl_s),
+            confirmations=ConfirmationSigner(self.secret_key, settings.confirmation_ttl_s),
             streams=streams,
             key_use=LastUseRecorder("api_keys"),
             call_log=CallLogWriter(pool, interval_s=settings.call_log_flush_ms / 1000),
@@ -185,9 +199,21 @@ class GatewayApp:
             else None,
         )
         await self.state.executor.start()
+        self.state.approvals = ApprovalWorker(
+            pool,
+            self.state.executor,
+            owner=replicas.replica_id,
+            snapshot=lambda: refresher.snapshot,
+            box=SecretBox(self.secret_key, settings.secret_key_previous),
+            language=settings.language,
+            concurrency=settings.approval_workers,
+        )
+        self.state.approvals.start()
         replicas.start()
         self._pruner = Pruner(pool, settings)
         self._pruner.start()
+        self._expiry = ExpirySweeper(pool)
+        self._expiry.start()
         self.state.key_use.start(pool)
         self.state.call_log.start()
         try:
@@ -219,10 +245,20 @@ class GatewayApp:
             def handler(number: int, frame: FrameType | None, previous: Any = previous) -> None:
                 if not loop.is_closed():
                     loop.call_soon_threadsafe(streams.shut_down)
+                    loop.call_soon_threadsafe(self._stop_claiming)
                 previous(number, frame)
 
             signal.signal(signum, handler)
             self._chained_signals[signum] = previous
+
+    def _wake_approvals(self) -> None:
+        if self.state is not None and self.state.approvals is not None:
+            self.state.approvals.wake()
+
+    def _stop_claiming(self) -> None:
+        """On SIGTERM at once: granian may take a while to reach the lifespan shutdown."""
+        if self.state is not None and self.state.approvals is not None:
+            self.state.approvals.stop_claiming()
 
     def _unchain_signals(self) -> None:
         while self._chained_signals:
@@ -237,7 +273,11 @@ class GatewayApp:
         self._unchain_signals()
         if self._pruner is not None:
             await self._pruner.stop()
+        if self._expiry is not None:
+            await self._expiry.stop()
         if self.state is not None:
+            if self.state.approvals is not None:  # finish or release claimed approvals
+                await self.state.approvals.stop(self.settings.approval_shutdown_grace_s)
             self.state.streams.shut_down()
             await self.state.replicas.stop()
             await self.state.key_use.stop(self.state.pool)

@@ -25,7 +25,7 @@ from mcp_gateway.state import GatewayState
 
 log = structlog.get_logger(__name__)
 
-_LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1"}
+LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1"}
 
 
 def origin_allowed(origin: str, allowed: tuple[str, ...], *, loopback_ok: bool) -> bool:
@@ -35,7 +35,7 @@ def origin_allowed(origin: str, allowed: tuple[str, ...], *, loopback_ok: bool) 
     if origin.rstrip("/") in allowed:
         return True
     host = urlsplit(origin).hostname
-    return loopback_ok and host is not None and host in _LOOPBACK_HOSTS
+    return loopback_ok and host is not None and host in LOOPBACK_HOSTS
 
 
 async def _plain_error(
@@ -55,14 +55,14 @@ async def handle(
     started = time.perf_counter()
     headers = Headers(scope)
     origin = headers.get("origin")
-    loopback_ok = state.settings.host in _LOOPBACK_HOSTS
+    loopback_ok = state.settings.host in LOOPBACK_HOSTS
     if origin is not None and not origin_allowed(
         origin, state.settings.allowed_origins, loopback_ok=loopback_ok
     ):
         await _plain_error(send, 403, "Origin not allowed")
         return
 
-    token = _bearer(headers)
+    token = bearer(headers)
     snapshot = state.refresher.snapshot
     try:
         key = await state.keys.resolve(token, snapshot) if token else None
@@ -105,7 +105,7 @@ async def handle(
         structlog.contextvars.unbind_contextvars("request_id", "agent")
 
 
-def _bearer(headers: Headers) -> str | None:
+def bearer(headers: Headers) -> str | None:
     value = headers.get("authorization")
     if not value:
         return None

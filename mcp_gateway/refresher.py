@@ -3,7 +3,8 @@
 Every ``CRANK_MCP_REFRESH_MS`` one tiny query reads the catalog version and the
 newest termination id; only a change costs more. LISTEN wakes the loop at
 once on a publish or a session DELETE; polling alone still works (behind
-PgBouncer, or while the listening connection is down).
+PgBouncer, or while the listening connection is down). The same connection
+listens for others (``notify``: the approval worker's ``crank_approvals``).
 
 Postgres outages. The refresher polls on a connection of its own, not one
 from the request pool, so that it notices an outage at the first failed poll
@@ -23,7 +24,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import psycopg
@@ -90,8 +91,12 @@ class Refresher:
         listen: bool,
         on_swap: Callable[[Snapshot, Snapshot], None],
         options: SnapshotOptions | None = None,
+        notify: Mapping[str, Callable[[], None]] | None = None,
     ) -> None:
         self._conninfo = conninfo
+        # More channels to LISTEN on: each notification (and each reconnect, for
+        # anything missed) calls its callback instead of waking the poll.
+        self._notify = dict(notify or {})
         self._refresh_s = refresh_s
         self._listen = listen
         self._on_swap = on_swap
@@ -213,14 +218,16 @@ class Refresher:
         while True:
             try:
                 async with await connect(self._conninfo, autocommit=True) as conn:
-                    for channel in CHANNELS:
+                    for channel in (*CHANNELS, *self._notify):
                         await conn.execute(f"LISTEN {channel}")
                     self.listening = True
                     backoff = 0.5
                     self._wake.set()  # anything missed while not listening
+                    for callback in self._notify.values():
+                        callback()
                     while True:
-                        async for _ in conn.notifies(timeout=_LISTEN_CHECK_S):
-                            self._wake.set()
+                        async for note in conn.notifies(timeout=_LISTEN_CHECK_S):
+                            self._notify.get(note.channel, self._wake.set)()
                         await within(_PROBE_TIMEOUT_S, conn.execute("SELECT 1"))
             except _UNREACHABLE as exc:
                 if self.listening:

@@ -1,12 +1,17 @@
-"""Prune what only grows: old call log and audit rows, expired session ends.
+"""Prune what only grows: old call log and audit rows, finished approvals,
+expired session ends.
 
 Every gateway process runs the loop; a Postgres advisory lock lets one of
 them work at a time, and the others skip that round. Rows go in batches of
 ``BATCH`` so no delete holds locks or bloats WAL for long, with a bounded
 number of batches per round (the next round carries on).
 Retention periods: ``CRANK_CALL_LOG_RETENTION_DAYS`` and
-``CRANK_AUDIT_LOG_RETENTION_DAYS`` (0 keeps rows forever); a session end is
-kept until the session would have expired anyway.
+``CRANK_AUDIT_LOG_RETENTION_DAYS`` and ``CRANK_APPROVALS_RETENTION_DAYS``
+(0 keeps rows forever; an approval counts from when it finished, and active
+ones are never pruned); a session end is
+kept until the session would have expired anyway, a used confirmation token
+until the token expires, an idempotency record until its ``expires_at``
+(``CRANK_IDEMPOTENCY_RETENTION_S`` after it was claimed or completed).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class Rule:
     table: str
     condition: str  # SQL over the table's columns; %s is the retention in days, if any
     days: int | None  # None: the condition needs no period; 0: keep forever
+    key: str = "id"  # the column(s) that name one row
 
 
 def rules(settings: Settings) -> list[Rule]:
@@ -48,17 +54,37 @@ def rules(settings: Settings) -> list[Rule]:
         Rule(
             "audit_log", "at < now() - make_interval(days => %s)", settings.audit_log_retention_days
         ),
+        Rule(
+            "approvals",
+            "status IN ('denied', 'expired', 'completed', 'failed')"
+            " AND coalesce(completed_at, decided_at, expires_at)"
+            " < now() - make_interval(days => %s)",
+            settings.approvals_retention_days,
+        ),
         Rule("mcp_session_terminations", "expires_at < now()", None),
+        # A used token past its expiry is refused for being expired anyway.
+        Rule("confirmation_uses", "expires_at < now()", None, key="token_hash"),
+        # CRANK_IDEMPOTENCY_RETENTION_S is in each row's expires_at; an expired
+        # row is already forgotten by the gateway, this only frees the space.
+        Rule(
+            "idempotency_records",
+            "expires_at < now()",
+            None,
+            key="(agent_id, operation_id, key_hash)",
+        ),
     ]
 
 
 async def _prune_rule(conn: Connection, rule: Rule) -> int:
-    # The table and condition are constants of this module, never input.
+    # The table and condition are constants of this module, never input. The
+    # condition is checked again on the row being deleted: a row changed since
+    # the subquery saw it (an expired idempotency record claimed anew) stays.
     statement = (
-        f"DELETE FROM {rule.table} WHERE id IN "
-        f"(SELECT id FROM {rule.table} WHERE {rule.condition} LIMIT {BATCH})"
+        f"DELETE FROM {rule.table} WHERE {rule.key} IN "
+        f"(SELECT {rule.key.strip('()')} FROM {rule.table} WHERE {rule.condition} LIMIT {BATCH})"
+        f" AND {rule.condition}"
     )
-    params = (rule.days,) if rule.days is not None else ()
+    params = (rule.days, rule.days) if rule.days is not None else ()
     deleted = 0
     for _ in range(MAX_BATCHES):
         cur = await conn.execute(statement.encode(), params)

@@ -34,6 +34,7 @@ _encoder = msgspec.json.Encoder()
 @dataclass(frozen=True, slots=True)
 class Tool:
     name: str
+    operation_id: int
     version: int
     spec: OperationSpec
     definition: dict[str, Any]  # as 2025 revisions list it (array results wrapped)
@@ -99,7 +100,7 @@ class SnapshotOptions:
 
 def _tools_for(
     published: dict[str, Any],
-    versions: dict[tuple[int, str], tuple[int, dict[str, Any]]],
+    versions: dict[tuple[int, str], tuple[int, int, dict[str, Any]]],
     ws: int,
     language: Language,
 ) -> tuple[Tool, ...]:
@@ -108,7 +109,7 @@ def _tools_for(
         found = versions.get((ws, name))
         if found is None:
             continue  # bound but never published: left out (DESIGN "Agent publish")
-        version, raw = found
+        operation_id, version, raw = found
         try:
             spec = operation_from_builtins(raw)
             compiled = compile_operation(spec, language=language)
@@ -118,6 +119,7 @@ def _tools_for(
         tools.append(
             Tool(
                 name=name,
+                operation_id=operation_id,
                 version=version,
                 spec=spec,
                 definition=tool_definition(spec, wrap_arrays=True),
@@ -162,12 +164,13 @@ async def load_snapshot(conn: Connection, options: SnapshotOptions | None = None
         row = await cur.fetchone()
         version = int(row["version"]) if row else 0
         cur = await conn.execute(
-            """SELECT o.workspace_id, o.name, v.version, v.spec
+            """SELECT o.id, o.workspace_id, o.name, v.version, v.spec
                  FROM operations o
                  JOIN operation_versions v ON v.operation_id = o.id AND v.version = o.latest_version"""
         )
         versions = {
-            (r["workspace_id"], r["name"]): (r["version"], r["spec"]) for r in await cur.fetchall()
+            (r["workspace_id"], r["name"]): (r["id"], r["version"], r["spec"])
+            for r in await cur.fetchall()
         }
         cur = await conn.execute(
             """SELECT a.id, a.workspace_id, w.slug AS workspace, a.slug, a.published

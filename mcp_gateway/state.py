@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from psycopg_pool import AsyncConnectionPool
 
 from mcp_gateway.call_log import CallLogWriter
+from mcp_gateway.confirmation import ConfirmationSigner
 from mcp_gateway.keys import KeyResolver
 from mcp_gateway.rate_limits import RateLimiter
 from mcp_gateway.refresher import Refresher
@@ -19,6 +21,9 @@ from shared.outbound import UpstreamExecutor
 from shared.settings import Settings
 from shared.spec import RateLimit
 
+if TYPE_CHECKING:  # no import cycle through the approvals package and the call path
+    from mcp_gateway.approvals.worker import ApprovalWorker
+
 
 @dataclass(slots=True)
 class GatewayState:
@@ -27,6 +32,7 @@ class GatewayState:
     refresher: Refresher
     keys: KeyResolver
     sessions: SessionSigner
+    confirmations: ConfirmationSigner  # DELETE confirmation tokens
     streams: StreamHub
     key_use: LastUseRecorder
     executor: UpstreamExecutor
@@ -34,3 +40,4 @@ class GatewayState:
     replicas: Replicas
     limiter: RateLimiter
     default_rate_limit: RateLimit | None  # CRANK_RATE_LIMIT; an agent's rate_limit wins
+    approvals: ApprovalWorker | None = None  # runs approved calls; set once started

@@ -2,13 +2,19 @@
 
 Protocol faults (unknown tool) are JSON-RPC errors; everything the model can
 act on is a tool result with ``isError: true`` and the structured error of
-shared.errors (STYLE "Errors"). Operations that need DELETE confirmation or
-human approval are refused for now: those gates come with the safety flows.
+shared.errors (STYLE "Errors").
+
+Gates run in DESIGN's order: validate → confirmation (DELETE, or
+``safety.confirmation: true``; mcp_gateway.confirmation) → approval (the call
+becomes a pending approval row and answers ``approval_required``;
+mcp_gateway.approvals) → execution, where an operation with
+``execution_config.idempotency`` goes through the idempotency memory
+(mcp_gateway.idempotency).
 
 Every call of a known tool, success or tool error, leaves one call log row
-(mcp_gateway.call_log, buffered: no database round trip here) and counts in
-the per-tool metrics. An unknown tool and the refusal above are protocol
-errors and leave neither.
+(mcp_gateway.call_log, buffered) and counts in the per-tool metrics; a plain
+call makes no database round trip, while the safety gates write their rows
+before going on. An unknown tool is a protocol error and leaves neither.
 """
 
 from __future__ import annotations
@@ -20,13 +26,17 @@ from typing import Any, cast
 
 import structlog
 
+from mcp_gateway import approvals, confirmation
+from mcp_gateway import idempotency as idempotency_memory
 from mcp_gateway.call import Call
 from mcp_gateway.call_log import CallRecord
-from mcp_gateway.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, Message, encode, error, result
+from mcp_gateway.jsonrpc import INVALID_PARAMS, Message, encode, error, result
 from mcp_gateway.metrics import agent_label, observe_tool_call
 from mcp_gateway.snapshot import Tool
+from shared.compiler import confirmation_token
 from shared.errors import ErrorCode, ToolError
 from shared.outbound import OutboundError, UpstreamRequest
+from shared.request_builder import BuiltRequest
 from shared.response_selector import structured_content
 
 log = structlog.get_logger(__name__)
@@ -59,7 +69,31 @@ async def _execute(
 ) -> dict[str, Any]:
     compiled = tool.compiled
     cleaned = compiled.validate(arguments)
+    if tool.spec.confirmation_required():
+        await confirmation.check(call, tool, cleaned, confirmation_token(arguments))
     built = compiled.build(cleaned, call.agent.secrets)
+    if tool.spec.safety.approval:
+        return _tool_result(
+            await approvals.request_approval(call, tool, cleaned, built), is_error=False, meta=None
+        )
+    idempotency = tool.spec.execution_config.idempotency
+    if idempotency is not None:
+        return await idempotency_memory.run(
+            call,
+            tool,
+            cleaned,
+            str(cleaned[idempotency.argument]),
+            # Unwrapped: the memory stores one result for both eras and wraps it itself.
+            lambda: _send(call, tool, built, upstream, wrap_arrays=False),
+            wrap_arrays=wrap_arrays,
+        )
+    return await _send(call, tool, built, upstream, wrap_arrays=wrap_arrays)
+
+
+async def _send(
+    call: Call, tool: Tool, built: BuiltRequest, upstream: _Upstream, *, wrap_arrays: bool
+) -> dict[str, Any]:
+    compiled = tool.compiled
     idempotency = tool.spec.execution_config.idempotency
     started = time.perf_counter()
     try:
@@ -104,14 +138,6 @@ async def tools_call(call: Call, message: Message, *, modern: bool) -> bytes:
     if tool is None:
         # -32602 in HTTP 200: clients read a 404 on POST as "session gone".
         return encode(error(message.id, INVALID_PARAMS, f"Unknown tool: {name}"))
-    if tool.spec.confirmation_required() or tool.spec.safety.approval:
-        return encode(
-            error(
-                message.id,
-                INTERNAL_ERROR,
-                "operations that need confirmation or approval are not available in this build yet",
-            )
-        )
     language = call.state.settings.language
     called_at = datetime.now(UTC)
     started = time.perf_counter()
@@ -121,10 +147,14 @@ async def tools_call(call: Call, message: Message, *, modern: bool) -> bytes:
         value = await _execute(
             call, tool, message.params.get("arguments") or {}, upstream, wrap_arrays=not modern
         )
+        if tool.spec.safety.approval:  # the gate answered; the worker calls the upstream later
+            outcome = "approval_required"
     except ToolError as exc:
         exc.request_id = call.request_id
         outcome = exc.error_code
-        value = _tool_result(exc.to_structured(), is_error=True, meta=None)
+        replayed = isinstance(exc, idempotency_memory.ReplayedError)
+        meta = {idempotency_memory.REPLAYED_META: True} if replayed else None
+        value = _tool_result(exc.to_structured(), is_error=True, meta=meta)
     except OutboundError as exc:
         code = cast(ErrorCode, exc.code)
         outcome = code

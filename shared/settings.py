@@ -31,6 +31,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Retention in days; 0 keeps rows forever (DESIGN "Retention").
     call_log_retention_days: int = 30
     audit_log_retention_days: int = 365
+    approvals_retention_days: int = 90  # finished approvals (denied, expired, completed, failed)
+    # Safety flows (DESIGN "Safety flows").
+    approval_ttl_s: int = 86400  # a pending approval expires after this
+    approval_max_attempts: int = 3  # claims of one approved row before it fails
+    approval_workers: int = 8  # approved calls one gateway process runs at once
+    approval_shutdown_grace_s: int = 10  # on SIGTERM, running approved calls may finish this long
+    confirmation_ttl_s: int = 300  # a DELETE confirmation token is valid this long
+    idempotency_retention_s: int = 86400  # how long a completed idempotent call is replayed
     allow_private_upstreams: bool = False
     upstream_allowlist: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
@@ -114,7 +122,16 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     settings.default_rate_limit()  # raises on a value it cannot read
     if not 100 <= settings.call_log_flush_ms <= 60_000:
         raise SettingsError("CRANK_CALL_LOG_FLUSH_MS must be between 100 and 60000")
-    for name in ("call_log_retention_days", "audit_log_retention_days"):
+    for name in ("approval_ttl_s", "confirmation_ttl_s", "idempotency_retention_s"):
+        if not 1 <= getattr(settings, name) <= 31_536_000:
+            raise SettingsError(f"CRANK_{name.upper()} must be between 1 and 31536000")
+    if not 1 <= settings.approval_max_attempts <= 100:
+        raise SettingsError("CRANK_APPROVAL_MAX_ATTEMPTS must be between 1 and 100")
+    if not 1 <= settings.approval_workers <= 256:
+        raise SettingsError("CRANK_APPROVAL_WORKERS must be between 1 and 256")
+    if not 0 <= settings.approval_shutdown_grace_s <= 3600:
+        raise SettingsError("CRANK_APPROVAL_SHUTDOWN_GRACE_S must be between 0 and 3600")
+    for name in ("call_log_retention_days", "audit_log_retention_days", "approvals_retention_days"):
         if not 0 <= getattr(settings, name) <= 36_500:
             raise SettingsError(f"CRANK_{name.upper()} must be between 0 and 36500")
     if not 1 <= settings.mcp_tools_page_size <= 10_000:

@@ -28,6 +28,7 @@ import psycopg
 import pytest
 
 from control_plane.cli import devstate
+from control_plane.cli.banner import APPROVALS_HEADING
 from control_plane.cli.devkeys import ensure_admin_token, ensure_api_key
 from control_plane.cli.seed import ensure_workspace, seed_demo
 from control_plane.services.keys import revoke_api_key
@@ -221,14 +222,32 @@ def check_stopped(crank_up: CrankUp, children: set[int], postmaster_pid: int) ->
         assert not accepts_connections(port), f"{name} port {port} still accepts connections"
 
 
+def printed_curl_lines(block: str) -> list[str]:
+    return [
+        command.replace("\\\n", " ")
+        for command in re.findall(r"^\s*(curl .*?)(?=^\s*curl |\n\n|\Z)", block, re.M | re.S)
+    ]
+
+
+def check_printed_approval_curl_lines(banner: str) -> None:
+    """The seed's four approval lines; the list one runs as printed (no approvals yet)."""
+    block = banner[banner.index(APPROVALS_HEADING) :].split("\n\n")[0]
+    commands = printed_curl_lines(block)
+    assert [c.split()[1].rsplit("/", 1)[-1] for c in commands] == [
+        "approvals",
+        "<approval_id>",
+        "approve",
+        "deny",
+    ], block
+    listed = subprocess.run(["bash", "-c", commands[0]], capture_output=True, text=True, timeout=30)
+    assert json.loads(listed.stdout) == {"items": [], "next_cursor": None}, listed.stdout
+
+
 @pytest.mark.timeout(240)
 def check_printed_mcp_curl_lines(banner: str) -> None:
     """Run the banner's MCP curl lines as printed: initialize, then tools/list with its session."""
-    mcp_block = banner[banner.index("MCP:") :]
-    commands = [
-        block.replace("\\\n", " ")
-        for block in re.findall(r"^\s*(curl .*?)(?=^\s*curl |\n\n|\Z)", mcp_block, re.M | re.S)
-    ]
+    mcp_block = banner[banner.index("MCP:") : banner.index(APPROVALS_HEADING)]
+    commands = printed_curl_lines(mcp_block)
     assert len(commands) == 2, mcp_block
     initialize = subprocess.run(
         ["bash", "-c", commands[0]], capture_output=True, text=True, timeout=30
@@ -264,6 +283,7 @@ def test_crank_up_serves_the_demo_and_stops_everything_on_sigint(start_crank_up:
     assert f"curl {cp}/api/v1/workspaces -H 'Authorization: Bearer {token}'" in banner
 
     check_printed_mcp_curl_lines(banner)
+    check_printed_approval_curl_lines(banner)
 
     state_file = crank_up.data_dir / devstate.STATE_FILE
     assert stat.S_IMODE(state_file.stat().st_mode) == 0o600

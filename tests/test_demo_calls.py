@@ -11,7 +11,8 @@ The sales GET operations run end to end: the demo sales API on a free
 loopback port, the demo seeded as ``crank seed-demo`` seeds it (its sales
 URLs on that port), a gateway allowlisting exactly that port (as ``crank up``
 does), the demo's sales agent key. The approval and DELETE operations of the
-sales agent come with the safety flows of a later issue and are not called.
+sales agent are called in tests/test_gateway_approvals.py and
+tests/test_gateway_confirmation.py.
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ from control_plane.cli.devstate import DevState
 from control_plane.demo import DEMO_WORKSPACE
 
 READY_LINE = "Crank is up."
+APPROVALS_HEADING = "Human approval (the sales approval key):"
+# The seed's decision bodies, verbatim.
+APPROVE_BODY = '{ "approve": "yes", "note": "Пользователь подтвердил действие" }'
+DENY_BODY = '{ "approve": "no", "note": "Пользователь отклонил действие" }'
 PROTOCOL_VERSION = "2025-06-18"
 
 
@@ -42,6 +46,21 @@ def _curl(url: str, token: str, *, accept: str, session: bool, data: str) -> str
         lines.append("-H 'MCP-Session-Id: <MCP-Session-Id from the initialize answer>'")
     lines.append(f"--data {shlex.quote(data)}")
     return "  " + " \\\n      ".join(lines)
+
+
+def _approval_curls(approvals: str, token: str) -> list[str]:
+    """The seed's approval lines (mcp-interface.md): list, read, approve, deny."""
+    auth = f"-H 'Authorization: Bearer {token}'"
+    json_body = "-H 'Content-Type: application/json'"
+    one = f"{approvals}/<approval_id>"
+    return [
+        f"  curl {approvals} \\\n      {auth}",
+        f"  curl {one} \\\n      {auth}",
+        f"  curl {one}/approve \\\n      {auth} \\\n      {json_body} \\\n"
+        f"      --data {shlex.quote(APPROVE_BODY)}",
+        f"  curl {one}/deny \\\n      {auth} \\\n      {json_body} \\\n"
+        f"      --data {shlex.quote(DENY_BODY)}",
+    ]
 
 
 def render(
@@ -93,6 +112,14 @@ def render(
             data=initialize,
         ),
         _curl(mcp, rates_key, accept="application/json", session=True, data=tools_list),
+        "",
+        APPROVALS_HEADING,
+        "  A tools/call of sales_create_refund with the sales agent key answers",
+        "  approval_required with an approval_id; then:",
+        *_approval_curls(
+            f"{state.gateway_url}/mcp/v1/{DEMO_WORKSPACE}/sales/approvals",
+            state.approval_keys.get("sales", ""),
+        ),
         "",
         "`crank apply`, `crank keys` and the other client commands use this control plane",
         "and token by default. Press Ctrl-C to stop everything.",

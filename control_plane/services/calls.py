@@ -21,7 +21,7 @@ from shared.spec_validation import SLUG, TOOL_NAME, FieldError
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 500
-OUTCOMES = frozenset({"ok", *ERROR_CODES})
+OUTCOMES = frozenset({"ok", "approval_required", *ERROR_CODES})
 
 
 class CallEntry(msgspec.Struct, kw_only=True):
@@ -32,7 +32,7 @@ class CallEntry(msgspec.Struct, kw_only=True):
     request_id: str
     tool: str
     tool_version: int | None
-    outcome: str  # "ok" or an error code
+    outcome: str  # "ok", "approval_required" or an error code
     upstream_status: int | None
     attempts: int
     duration_ms: float
@@ -59,7 +59,7 @@ def _check(filters: CallFilters, limit: int) -> None:
     if filters.tool is not None and not TOOL_NAME.fullmatch(filters.tool):
         problems.append(FieldError("tool", "not a tool name"))
     if filters.outcome is not None and filters.outcome not in OUTCOMES:
-        problems.append(FieldError("outcome", "must be ok or an error code"))
+        problems.append(FieldError("outcome", "must be ok, approval_required or an error code"))
     if problems:
         raise ValidationFailed(problems)
 

@@ -1,0 +1,249 @@
+"""Performing an approval's stored request: rebuilt, checked, sent, selected.
+
+``request`` was stored with its secrets masked (``BuiltRequest.redacted()``),
+so it cannot be sent as it is. ``Performer.perform`` rebuilds it from the
+operation version's spec (immutable; the snapshot's compiled tool when it is
+that version, else loaded and compiled once), the stored validated arguments
+and the workspace's current secrets (the snapshot's when it holds the agent,
+else loaded and decrypted), through the same compiled pipeline as tools/call
+(validate → build → ``UpstreamExecutor.execute`` → select). It sends the
+request only if it equals the stored one modulo the masked values
+(``same_request``); otherwise the row fails with ``internal_error``. The
+idempotency header's value comes from the stored arguments, so every attempt
+of one approval sends the same key.
+
+The outcome: ``completed`` with the selected result, or ``failed`` with
+``{error_code, message, upstream_status, upstream_text}`` (the upstream's
+text masked, at most ``UPSTREAM_TEXT_CHARS``). A database failure before the
+upstream call raises ``Deferred``: the row is left for its lease to expire.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import psycopg
+import structlog
+from psycopg_pool import AsyncConnectionPool
+
+from mcp_gateway.approvals import leases
+from mcp_gateway.approvals.leases import Claimed
+from mcp_gateway.snapshot import Snapshot
+from shared.compiler import CompiledOperation, compile_operation
+from shared.crypto import CryptoError, Sealed, SecretBox, secret_associated_data
+from shared.db import Connection
+from shared.errors import ErrorCode, Language, ToolError, mask
+from shared.outbound import OutboundError, UpstreamExecutor, UpstreamRequest
+from shared.request_builder import BuiltRequest
+from shared.spec import operation_from_builtins
+
+log = structlog.get_logger(__name__)
+
+UPSTREAM_TEXT_CHARS = 2000
+MASKED = "****"  # what shared.errors.mask puts in place of a secret
+_COMPILED_CACHE = 256
+_DB_ERRORS = (psycopg.Error, OSError, TimeoutError)
+_EXHAUSTED: Mapping[Language, str] = {
+    "en": "Crank failed to complete the call: every attempt ended before a result was recorded.",
+    "ru": "Crank не смог выполнить вызов: каждая попытка прервалась до записи результата.",
+}
+
+
+def exhausted_payload(language: Language = "en") -> dict[str, Any]:
+    return _payload("internal_error", _EXHAUSTED[language])
+
+
+def _payload(
+    code: ErrorCode, message: str, status: int | None = None, text: str | None = None
+) -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "message": message,
+        "upstream_status": status,
+        "upstream_text": text,
+    }
+
+
+def upstream_text(body: bytes, secret_values: tuple[str, ...]) -> str:
+    """The upstream's body for an approval record: masked, at most UPSTREAM_TEXT_CHARS."""
+    # Enough bytes for the cap even if a secret straddles the cut.
+    longest = max((len(value) for value in secret_values), default=0)
+    text = body[: (UPSTREAM_TEXT_CHARS + longest) * 4].decode("utf-8", errors="replace")
+    text = mask(text, secret_values)
+    if len(text) > UPSTREAM_TEXT_CHARS:
+        text = text[: UPSTREAM_TEXT_CHARS - 1] + "…"
+    return text
+
+
+def _matches(stored: Any, actual: Any) -> bool:
+    """``actual`` equals ``stored`` where each masked run in ``stored`` stands for any text."""
+    if not isinstance(stored, str) or not isinstance(actual, str) or MASKED not in stored:
+        return bool(stored == actual)
+    pattern = ".+".join(re.escape(part) for part in stored.split(MASKED))
+    return re.fullmatch(pattern, actual, flags=re.DOTALL) is not None
+
+
+def same_request(stored: Mapping[str, Any], built: BuiltRequest) -> bool:
+    """The rebuilt request is the stored one, modulo the values masked in it."""
+    redacted = built.redacted()
+    if redacted == stored:
+        return True
+    headers = stored.get("headers")
+    if not isinstance(headers, list) or len(headers) != len(built.headers):
+        return False
+    body = None if built.body is None else built.body.decode("utf-8", errors="replace")
+    return (
+        stored.get("method") == built.method
+        and stored.get("content_type") == built.content_type
+        and _matches(stored.get("url"), built.url)
+        and _matches(stored.get("body"), body)
+        and all(
+            isinstance(pair, list)
+            and len(pair) == 2
+            and pair[0] == name
+            and _matches(pair[1], value)
+            for pair, (name, value) in zip(headers, built.headers, strict=True)
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    status: leases.Finished
+    payload: Any
+
+
+class Deferred(Exception):
+    """The database failed before the upstream call: leave the row to be re-claimed."""
+
+
+@dataclass(slots=True)
+class _Cache:
+    compiled: OrderedDict[tuple[int, int], CompiledOperation] = field(default_factory=OrderedDict)
+
+    def get(self, key: tuple[int, int]) -> CompiledOperation | None:
+        found = self.compiled.get(key)
+        if found is not None:
+            self.compiled.move_to_end(key)
+        return found
+
+    def put(self, key: tuple[int, int], compiled: CompiledOperation) -> None:
+        self.compiled[key] = compiled
+        while len(self.compiled) > _COMPILED_CACHE:
+            self.compiled.popitem(last=False)
+
+
+class Performer:
+    """One per worker: the compiled-operation cache and where secrets come from."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Connection],
+        executor: UpstreamExecutor,
+        *,
+        snapshot: Callable[[], Snapshot],
+        box: SecretBox | None,
+        language: Language = "en",
+    ) -> None:
+        self._pool = pool
+        self._executor = executor
+        self._snapshot = snapshot
+        self._box = box
+        self._language: Language = language
+        self._cache = _Cache()
+
+    async def perform(self, row: Claimed) -> Outcome:
+        """The outcome to record; raises ``Deferred`` when the database failed first."""
+        try:
+            compiled = await self._compiled(row)
+            secrets = await self._secrets(row, compiled)
+        except _DB_ERRORS as exc:
+            raise Deferred from exc
+        except Exception:  # an unreadable spec: every attempt would fail the same way
+            log.exception("approval_operation_unreadable", approval_id=row.id, tool=row.tool)
+            return self._internal_error()
+        try:
+            return await self._send(row, compiled, secrets)
+        except Exception:  # a bug: repeating would fail the same way
+            log.exception("approval_call_crashed", approval_id=row.id)
+            return self._internal_error()
+
+    def _internal_error(self) -> Outcome:
+        failure = ToolError.of("internal_error", language=self._language)
+        return Outcome("failed", _payload(failure.error_code, failure.message))
+
+    async def _send(
+        self, row: Claimed, compiled: CompiledOperation, secrets: Mapping[str, str]
+    ) -> Outcome:
+        try:
+            built = compiled.build(compiled.validate(row.arguments), secrets)
+        except ToolError as exc:
+            return Outcome("failed", _payload(exc.error_code, exc.message))
+        if not same_request(row.request, built):
+            log.error("approval_request_changed", approval_id=row.id, tool=row.tool)
+            return self._internal_error()
+        spec = compiled.spec
+        idempotency = spec.execution_config.idempotency
+        try:
+            response = await self._executor.execute(
+                UpstreamRequest(
+                    method=built.method,
+                    url=built.url,
+                    headers=built.headers,
+                    body=built.body,
+                    timeout_ms=spec.execution_config.timeout_ms,
+                    retries=spec.execution_config.retries,
+                    idempotency_header=idempotency.header if idempotency else None,
+                )
+            )
+        except OutboundError as exc:
+            failure = ToolError.of(cast(ErrorCode, exc.code), language=self._language)
+            return Outcome("failed", _payload(failure.error_code, failure.message))
+        try:
+            selected = compiled.select(
+                response.status, response.headers, response.body, secret_values=built.secret_values
+            )
+        except ToolError as exc:
+            text = upstream_text(response.body, built.secret_values)
+            return Outcome("failed", _payload(exc.error_code, exc.message, response.status, text))
+        return Outcome("completed", selected.value)
+
+    async def _compiled(self, row: Claimed) -> CompiledOperation:
+        key = (row.operation_id, row.version)
+        agent = self._snapshot().agents_by_id.get(row.agent_id)
+        tool = agent.by_name.get(row.tool) if agent is not None else None
+        if tool is not None and (tool.operation_id, tool.version) == key:
+            return tool.compiled
+        compiled = self._cache.get(key)
+        if compiled is None:
+            async with self._pool.connection() as conn:
+                raw = await leases.load_spec(conn, *key)
+            compiled = compile_operation(operation_from_builtins(raw), language=self._language)
+            self._cache.put(key, compiled)
+        return compiled
+
+    async def _secrets(self, row: Claimed, compiled: CompiledOperation) -> Mapping[str, str]:
+        """The workspace's current secrets: the snapshot's, else decrypted from the database."""
+        if compiled.spec.request.auth is None:
+            return {}
+        agent = self._snapshot().agents_by_id.get(row.agent_id)
+        if agent is not None and agent.published and agent.workspace_id == row.workspace_id:
+            return agent.secrets
+        if self._box is None:
+            return {}
+        async with self._pool.connection() as conn:
+            sealed = await leases.load_sealed_secrets(conn, row.workspace_id)
+        opened: dict[str, str] = {}
+        for r in sealed:
+            try:
+                opened[r["name"]] = self._box.open(
+                    Sealed(bytes(r["ciphertext"]), bytes(r["nonce"]), r["key_id"]),
+                    secret_associated_data(row.workspace_id, r["name"]),
+                )
+            except CryptoError:
+                log.error("approval_secret_unreadable", secret=r["name"])  # never the value
+        return opened

@@ -1,0 +1,84 @@
+"""The approval gate of tools/call: a pending row instead of the upstream call.
+
+The first call of an operation with ``safety.approval: true`` stores the
+approval (agent, operation, version, canonical arguments, the resolved
+request with secrets masked) and answers the seed's ``approval_required``
+structure; a repeat of the same call (same agent, operation, version and
+RFC 8785 canonical arguments) answers the same structure for the row that is
+still active. Concurrent identical calls on any replicas meet at the
+database's unique index ``approvals_one_active``: one inserts, the others
+find its row. A pending row past its time is expired on the way, and the
+call makes a new one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mcp_gateway.approvals import store
+from shared.canonical import arguments_hash
+
+if TYPE_CHECKING:
+    from mcp_gateway.call import Call
+    from mcp_gateway.snapshot import Tool
+    from shared.request_builder import BuiltRequest
+
+_ROUNDS = 5  # an active row can finish between the insert and the look-up; try again
+
+
+class ApprovalRace(RuntimeError):
+    """The active row kept changing under us (never seen in practice)."""
+
+
+def path_prefix(configured: str) -> str:
+    """``CRANK_PUBLIC_PATH_PREFIX`` as a path prefix: ``mcp/`` → ``/mcp``, empty stays empty."""
+    prefix = configured.strip().strip("/")
+    return f"/{prefix}" if prefix else ""
+
+
+def approval_required(prefix: str, workspace: str, agent: str, approval_id: str) -> dict[str, Any]:
+    """The seed's structure, URLs as server paths (``/v1/...``) behind ``prefix``."""
+    url = f"{path_prefix(prefix)}/v1/{workspace}/{agent}/approvals/{approval_id}"
+    return {
+        "status": "approval_required",
+        "approval_id": approval_id,
+        "approval_url": url,
+        "approve": {"method": "POST", "url": f"{url}/approve", "body": {"approve": "yes"}},
+        "deny": {"method": "POST", "url": f"{url}/deny", "body": {"approve": "no"}},
+    }
+
+
+async def request_approval(
+    call: Call, tool: Tool, arguments: dict[str, Any], built: BuiltRequest
+) -> dict[str, Any]:
+    """The seed's approval_required structure for a new or the existing active approval."""
+    settings = call.state.settings
+    agent = call.agent
+    new = store.NewApproval(
+        workspace_id=agent.workspace_id,
+        agent_id=agent.id,
+        operation_id=tool.operation_id,
+        key_id=call.key.id,
+        tool=tool.name,
+        version=tool.version,
+        arguments=arguments,
+        arguments_hash=arguments_hash(arguments),
+        request=built.redacted(),
+        ttl_s=settings.approval_ttl_s,
+        max_attempts=settings.approval_max_attempts,
+    )
+    async with call.state.pool.connection() as conn:
+        for _ in range(_ROUNDS):
+            approval_id = await store.insert_unless_active(conn, new)
+            if approval_id is None:
+                found = await store.find_active(conn, new)
+                if found is None:
+                    continue  # it finished in between: insert again
+                approval_id, overdue = found
+                if overdue:
+                    await store.expire(conn, approval_id)
+                    continue
+            return approval_required(
+                settings.public_path_prefix, agent.workspace, agent.slug, approval_id
+            )
+    raise ApprovalRace(f"no stable active approval for {tool.name} after {_ROUNDS} rounds")

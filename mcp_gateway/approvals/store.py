@@ -1,0 +1,266 @@
+"""All database access of the approval gate and the approval-key endpoints.
+
+The rules live in the database (migrations/0004_safety_flows.sql): the
+partial unique index ``approvals_one_active`` allows one active row (pending,
+approved or executing) per agent, operation, version and arguments hash, and
+the ``approvals_transition`` trigger skips any UPDATE that would move a row
+along an edge outside DESIGN's transition table. So every statement here
+says what it wants (``WHERE status = 'pending'``) and reads the outcome from
+``RETURNING``: zero rows means the row was not in the state asked for.
+
+A pending row past ``expires_at`` is expired by whoever meets it first: the
+sweep (``expire_overdue``), a list or read (``expire_overdue_for_agent``), a
+decision, or a repeat tools/call of the same arguments.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
+from psycopg.types.json import Jsonb
+
+from mcp_gateway.approvals.leases import CHANNEL
+from shared.db import Connection
+
+Status = Literal["pending", "approved", "denied", "expired", "executing", "completed", "failed"]
+STATUSES: frozenset[str] = frozenset(
+    ("pending", "approved", "denied", "expired", "executing", "completed", "failed")
+)
+_ACTIVE = "('pending', 'approved', 'executing')"  # the index predicate, verbatim
+DEFAULT_PAGE = 50
+MAX_PAGE = 200
+SWEEP_BATCH = 1000
+
+
+class ApprovalRecord(msgspec.Struct, kw_only=True):
+    """What ``GET .../approvals/{id}`` answers (DESIGN "Approvals")."""
+
+    id: str
+    status: str
+    tool: str
+    version: int
+    arguments: dict[str, Any]
+    created_at: datetime
+    expires_at: datetime  # when a pending row expires
+    decided_at: datetime | None
+    decided_by: str | None  # the approval key's prefix
+    note: str | None
+    completed_at: datetime | None
+    response_payload: Any | None
+
+
+class ApprovalPage(msgspec.Struct, kw_only=True):
+    items: list[ApprovalRecord]
+    next_cursor: str | None
+
+
+_RECORD = """id, status, tool, version, arguments, created_at, expires_at, decided_at,
+              decided_by, note, completed_at, response_payload"""
+_IDENTITY = "agent_id = %s AND operation_id = %s AND version = %s AND arguments_hash = %s"
+
+
+def _record(row: dict[str, Any]) -> ApprovalRecord:
+    return ApprovalRecord(**{f: row[f] for f in ApprovalRecord.__struct_fields__})
+
+
+def new_approval_id() -> str:
+    return "approval_" + secrets.token_hex(16)
+
+
+@dataclass(frozen=True, slots=True)
+class NewApproval:
+    workspace_id: int
+    agent_id: int
+    operation_id: int
+    key_id: int
+    tool: str
+    version: int
+    arguments: dict[str, Any]
+    arguments_hash: bytes
+    request: dict[str, Any]  # the resolved request, secrets masked
+    ttl_s: int
+    max_attempts: int
+
+
+async def insert_unless_active(conn: Connection, new: NewApproval) -> str | None:
+    """The id of a new pending row, or None when an active row for the same
+    call exists (the unique index decides, also between replicas)."""
+    cur = await conn.execute(
+        f"""INSERT INTO approvals (id, workspace_id, agent_id, operation_id, key_id, tool, version,
+                                  arguments, arguments_hash, request, expires_at, max_attempts)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
+                    now() + make_interval(secs => %s), %s)
+            ON CONFLICT (agent_id, operation_id, version, arguments_hash)
+                WHERE status IN {_ACTIVE} DO NOTHING
+            RETURNING id""",
+        (
+            new_approval_id(),
+            new.workspace_id,
+            new.agent_id,
+            new.operation_id,
+            new.key_id,
+            new.tool,
+            new.version,
+            Jsonb(new.arguments),
+            new.arguments_hash,
+            Jsonb(new.request),
+            new.ttl_s,
+            new.max_attempts,
+        ),
+    )
+    row = await cur.fetchone()
+    return None if row is None else str(row["id"])
+
+
+async def find_active(conn: Connection, new: NewApproval) -> tuple[str, bool] | None:
+    """(id, overdue) of the active row for the same call; overdue: pending past expires_at."""
+    cur = await conn.execute(
+        f"""SELECT id, status = 'pending' AND expires_at <= now() AS overdue FROM approvals
+             WHERE {_IDENTITY} AND status IN {_ACTIVE}""",
+        (new.agent_id, new.operation_id, new.version, new.arguments_hash),
+    )
+    row = await cur.fetchone()
+    return None if row is None else (str(row["id"]), bool(row["overdue"]))
+
+
+async def expire(conn: Connection, approval_id: str) -> None:
+    """pending → expired for one row, if it is pending and past its time."""
+    await conn.execute(
+        """UPDATE approvals SET status = 'expired'
+            WHERE id = %s AND status = 'pending' AND expires_at <= now()""",
+        (approval_id,),
+    )
+
+
+async def expire_overdue(conn: Connection) -> int:
+    """The sweep: every pending row past its time becomes expired (in batches)."""
+    total = 0
+    while True:
+        cur = await conn.execute(
+            f"""UPDATE approvals SET status = 'expired'
+                 WHERE id IN (SELECT id FROM approvals
+                               WHERE status = 'pending' AND expires_at <= now()
+                               ORDER BY expires_at LIMIT {SWEEP_BATCH}
+                               FOR UPDATE SKIP LOCKED)
+                   AND status = 'pending'"""
+        )
+        total += cur.rowcount
+        if cur.rowcount < SWEEP_BATCH:
+            return total
+
+
+async def expire_overdue_for_agent(conn: Connection, agent_id: int) -> None:
+    await conn.execute(
+        """UPDATE approvals SET status = 'expired'
+            WHERE agent_id = %s AND status = 'pending' AND expires_at <= now()""",
+        (agent_id,),
+    )
+
+
+async def get(conn: Connection, agent_id: int, approval_id: str) -> ApprovalRecord | None:
+    """One row of this agent; another agent's row is as unknown as a missing one."""
+    cur = await conn.execute(
+        f"SELECT {_RECORD} FROM approvals WHERE id = %s AND agent_id = %s",
+        (approval_id, agent_id),
+    )
+    row = await cur.fetchone()
+    return None if row is None else _record(row)
+
+
+class BadCursor(ValueError):
+    pass
+
+
+_cursor_decoder = msgspec.json.Decoder(tuple[datetime, str])
+_encoder = msgspec.json.Encoder()
+
+
+def encode_cursor(record: ApprovalRecord) -> str:
+    raw = _encoder.encode((record.created_at, record.id))
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        return _cursor_decoder.decode(raw)
+    except (ValueError, msgspec.DecodeError) as exc:
+        raise BadCursor("cursor is not one this endpoint returned") from exc
+
+
+async def list_page(
+    conn: Connection, agent_id: int, status: str | None, cursor: str | None, limit: int
+) -> ApprovalPage:
+    """Newest first; keyset paging on (created_at, id)."""
+    after = decode_cursor(cursor) if cursor else None
+    cur = await conn.execute(
+        f"""SELECT {_RECORD} FROM approvals
+             WHERE agent_id = %(agent)s
+               AND (%(status)s::text IS NULL OR status = %(status)s)
+               AND (%(at)s::timestamptz IS NULL OR (created_at, id) < (%(at)s, %(id)s))
+             ORDER BY created_at DESC, id DESC
+             LIMIT %(limit)s""",
+        {
+            "agent": agent_id,
+            "status": status,
+            "at": after[0] if after else None,
+            "id": after[1] if after else None,
+            "limit": limit + 1,
+        },
+    )
+    records = [_record(row) for row in await cur.fetchall()]
+    more = len(records) > limit
+    records = records[:limit]
+    return ApprovalPage(items=records, next_cursor=encode_cursor(records[-1]) if more else None)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    approval_id: str
+    agent_id: int
+    agent: str  # workspace/agent, for the audit details
+    status: Literal["approved", "denied"]
+    decided_by: str  # the approval key's prefix
+    note: str | None
+
+
+async def decide(conn: Connection, decision: Decision) -> ApprovalRecord | None:
+    """pending → approved | denied and its audit row, in one statement; None
+    when the row is not pending (or not this agent's, or past its time). An
+    approval also notifies the workers (delivered when the statement commits)."""
+    cur = await conn.execute(
+        f"""WITH decided AS (
+                UPDATE approvals
+                   SET status = %(status)s, decided_at = now(), decided_by = %(by)s, note = %(note)s
+                 WHERE id = %(id)s AND agent_id = %(agent_id)s
+                   AND status = 'pending' AND expires_at > now()
+                RETURNING workspace_id, {_RECORD}
+            ), audited AS (
+                INSERT INTO audit_log
+                       (workspace_id, actor, action, resource_type, resource_name, details)
+                SELECT workspace_id, %(actor)s, %(action)s, 'approval', id,
+                       jsonb_build_object('note', note, 'tool', tool, 'version', version,
+                                          'agent', %(agent)s::text)
+                  FROM decided
+            )
+            SELECT {_RECORD},
+                   CASE WHEN status = 'approved' THEN pg_notify('{CHANNEL}', id) END
+              FROM decided""",
+        {
+            "status": decision.status,
+            "by": decision.decided_by,
+            "note": decision.note,
+            "id": decision.approval_id,
+            "agent_id": decision.agent_id,
+            "agent": decision.agent,
+            "actor": f"approval key {decision.decided_by}…",
+            "action": f"approval.{decision.status}",
+        },
+    )
+    row = await cur.fetchone()
+    return None if row is None else _record(row)
