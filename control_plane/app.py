@@ -19,7 +19,9 @@ from shared.crypto import KeyHasher, SecretBox
 from shared.db import Connection, open_pool
 from shared.last_use import LastUseRecorder
 from shared.logging import configure_logging
+from shared.outbound import UpstreamExecutor
 from shared.settings import Settings, SettingsError, load_settings
+from shared.ssrf import AddressPolicy
 
 API_PREFIX = "/api/v1"
 
@@ -53,13 +55,22 @@ def create_app(settings: Settings | None = None) -> Litestar:
             hasher=KeyHasher(secret_key, settings.secret_key_previous),
             box=SecretBox(secret_key, settings.secret_key_previous),
             token_use=LastUseRecorder("admin_tokens"),
+            # The gateway's executor and guard, so a try-it behaves as tools/call does.
+            executor=UpstreamExecutor(
+                AddressPolicy.from_settings(
+                    allow_private_upstreams=settings.allow_private_upstreams,
+                    upstream_allowlist=settings.upstream_allowlist,
+                )
+            ),
         )
+        await state.executor.start()
         state.token_use.start(pool)
         app.state["crank"] = state
         try:
             yield
         finally:
             await state.token_use.stop(pool)
+            await state.executor.close()
             await pool.close()
 
     return Litestar(

@@ -9,6 +9,7 @@ from psycopg_pool import AsyncConnectionPool
 from shared.crypto import KeyHasher, SecretBox
 from shared.db import Connection
 from shared.last_use import LastUseRecorder
+from shared.outbound import UpstreamExecutor
 from shared.settings import Settings
 
 
@@ -19,3 +20,4 @@ class AppState:
     hasher: KeyHasher
     box: SecretBox
     token_use: LastUseRecorder
+    executor: UpstreamExecutor  # try-it's upstream calls, behind the SSRF guard

@@ -57,6 +57,17 @@ _WHITESPACE = re.compile(r"\s+")
 Headers = Mapping[str, str] | Iterable[tuple[str, str]]
 
 
+def _masked(value: Any, secrets: list[str]) -> Any:
+    """``value`` with every secret masked in its strings, keys included."""
+    if isinstance(value, str):
+        return mask(value, secrets)
+    if isinstance(value, list):
+        return [_masked(item, secrets) for item in value]
+    if isinstance(value, dict):
+        return {mask(k, secrets): _masked(v, secrets) for k, v in value.items()}
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Selected:
     value: Any
@@ -87,10 +98,19 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> int 
     return None if seconds is None else max(0, min(MAX_RETRY_AFTER_S, math.ceil(seconds)))
 
 
+def _json_spellings(secret: str) -> set[str]:
+    """How JSON encoders may write ``secret`` inside a string (with or without ``\\/``)."""
+    plain = msgspec.json.encode(secret).decode()[1:-1]
+    return {plain, plain.replace("/", "\\/"), secret.replace("/", "\\/")} - {secret}
+
+
 def excerpt(body: bytes, secret_values: Iterable[str] = ()) -> str:
     """A short, single-line, masked excerpt of an upstream body."""
     text = body[: EXCERPT_CHARS * 4].decode("utf-8", errors="replace")
-    text = mask(text, list(secret_values))
+    secrets = list(secret_values)
+    # A JSON body carries a secret escaped ("a\/b"); mask that spelling too.
+    secrets += [spelling for secret in secrets for spelling in _json_spellings(secret)]
+    text = mask(text, secrets)
     text = _WHITESPACE.sub(" ", "".join(c if c.isprintable() else " " for c in text)).strip()
     return text[:EXCERPT_CHARS] + ("…" if len(text) > EXCERPT_CHARS else "")
 
@@ -216,10 +236,13 @@ class ResponseSelector:
         except msgspec.DecodeError:
             if self._select is not None:
                 raise self._error("upstream_response_invalid", status, body, secrets) from None
-            return self._fit_text(body.decode("utf-8", errors="replace"), status, body, secrets)
+            text = mask(body.decode("utf-8", errors="replace"), secrets)
+            return self._fit_text(text, status, body, secrets)
         try:
             if self._select is not None:
                 data = self._select.search(data)
+            if secrets:  # an upstream that echoes its credentials must not hand them to the model
+                data = _masked(data, secrets)
             value, truncated = _cap(data, self._max_items)
             return self._fit(value, truncated, status, body, secrets)
         # A selection that fails on this answer (``length(x)`` where x is a number)

@@ -28,6 +28,8 @@ OPERATION: dict[str, Any] = {
 SAMPLE_BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/operations"): {**OPERATION, "name": "op2"},
     ("PUT", "/operations/{name:str}"): {**OPERATION, "title": "Changed"},
+    # Never reaches the upstream here: the tokens below are refused first.
+    ("POST", "/operations/{name:str}/try"): {"arguments": {"order_id": "1"}},
     ("POST", "/agents"): {"slug": "ag2", "operations": ["op"]},
     ("PUT", "/agents/{slug:str}"): {"slug": "ag", "title": "Changed", "operations": ["op"]},
     ("POST", "/keys"): {"agent": "ag"},

@@ -4,7 +4,8 @@ Each subcommand lives in its own module exposing ``add_parser(subparsers)``,
 which registers the subcommand and sets ``func`` (``args -> exit code``) on
 it. Runtime commands (``up``, ``migrate``, ``control-plane``, ``mcp-server``,
 ``seed-demo``, ``tokens``) work on the database or start processes; client
-commands (``apply``, ``import-openapi``, ``keys``, ``secrets``) talk to the control-plane API;
+commands (``apply``, ``export``, ``import-openapi``, ``keys``, ``secrets``) talk to the
+control-plane API;
 ``lint`` needs neither.
 
 Exit codes: 0 success, 1 the work was refused (lint errors, a child process
@@ -22,6 +23,7 @@ import psycopg
 
 from control_plane.cli import (
     apply_cmd,
+    export_cmd,
     import_cmd,
     keys_cmd,
     lint_cmd,
@@ -41,6 +43,7 @@ COMMAND_MODULES = (
     seed,
     tokens_cmd,
     apply_cmd,
+    export_cmd,
     import_cmd,
     lint_cmd,
     keys_cmd,

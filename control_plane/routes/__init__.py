@@ -9,11 +9,13 @@ from control_plane.routes import (
     apply,
     audit,
     calls,
+    export,
     imports,
     keys,
     lint,
     operations,
     secrets,
+    try_it,
 )
 from control_plane.routes.workspaces import WorkspaceController, me
 
@@ -21,12 +23,14 @@ route_handlers: list[Any] = [
     me,
     WorkspaceController,
     *operations.handlers,
+    *try_it.handlers,
     *agents.handlers,
     *keys.handlers,
     *secrets.handlers,
     *audit.handlers,
     *calls.handlers,
     *apply.handlers,
+    *export.handlers,
     *lint.handlers,
     *imports.handlers,
 ]

@@ -204,3 +204,28 @@ def test_a_selection_that_fails_on_the_answer_is_upstream_response_invalid(selec
     with pytest.raises(ToolError) as caught:
         selector(select).select(200, {}, body({"ok": True}))
     assert caught.value.error_code == "upstream_response_invalid"
+
+
+def test_a_secret_the_upstream_echoes_never_reaches_the_model() -> None:
+    secret = "sk_live_0123456789abcdef"
+    upstream = {
+        "headers": {"Authorization": f"Bearer {secret}", secret: "as a key"},
+        "list": [f"x{secret}y", 1, None],
+        "ok": True,
+    }
+    result = selector().select(200, {}, body(upstream), secret_values=[secret])
+    assert secret not in json.dumps(result.value)
+    assert result.value["headers"]["Authorization"] == "Bearer ****"
+    assert result.value["list"] == ["x****y", 1, None]
+    text = selector().select(200, {}, f"token={secret}".encode(), secret_values=[secret])
+    assert text.value == {"text": "token=****"}
+
+
+def test_an_upstream_error_excerpt_masks_a_json_escaped_secret() -> None:
+    secret = 'ab/cd"ef'
+    echoed = json.dumps({"auth": secret}).replace("/", "\\/").encode()
+    with pytest.raises(ToolError) as raised:
+        selector().select(401, {}, echoed, secret_values=[secret])
+    text = raised.value.details["upstream_text"]
+    assert "ab" not in text
+    assert "****" in text

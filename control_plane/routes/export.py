@@ -1,0 +1,71 @@
+"""``GET /api/v1/workspaces/{workspace}/export``: the workspace as an operation file.
+
+The answer *is* the file (control_plane.services.export), so ``curl ... >
+crank.yaml`` gives something ``crank apply`` takes. YAML or JSON: ``format``
+wins, else an ``Accept`` naming YAML (``application/yaml``,
+``application/x-yaml``, ``text/yaml``) gets YAML, else JSON. Viewers may
+export: the file holds nothing a viewer cannot read already, and no secret
+values. Bindings dropped to keep the file applicable are listed in the
+``Crank-Export-Dropped`` header (``agent/operation``, comma-separated).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from litestar import Request, Response, get
+from litestar.params import FromPath, FromQuery, QueryParameter
+
+from control_plane.auth import load_workspace
+from control_plane.deps import Caller, DbConn
+from control_plane.services.export import ExportFormat, export_workspace, render, to_document
+
+FormatQuery = Annotated[
+    Literal["yaml", "json"] | None,
+    QueryParameter(name="format", description="yaml or json; default from Accept, else json"),
+]
+DROPPED_HEADER = "Crank-Export-Dropped"
+_YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
+_MEDIA_TYPES: dict[ExportFormat, str] = {
+    "yaml": "application/yaml; charset=utf-8",
+    "json": "application/json",
+}
+
+
+def _negotiate(request: Request[Any, Any, Any], fmt: ExportFormat | None) -> ExportFormat:
+    if fmt is not None:
+        return fmt
+    accept = request.headers.get("accept", "").lower()
+    return "yaml" if any(kind in accept for kind in _YAML_TYPES) else "json"
+
+
+@get(
+    "/workspaces/{workspace:str}/export",
+    tags=["apply"],
+    summary="Export the workspace as an operation file (what apply takes back)",
+    description=(
+        "Drafts by default; `published=true` exports what the gateways serve (latest published "
+        "versions, published agents). `format=yaml|json`, else YAML when `Accept` names it, "
+        "else JSON. Never secret values; `request.auth.secret` names only. Needs the viewer role."
+    ),
+)
+async def export_workspace_file(
+    request: Request[Any, Any, Any],
+    workspace: FromPath[str],
+    conn: DbConn,
+    principal: Caller,
+    published: FromQuery[bool] = False,
+    fmt: FormatQuery = None,
+) -> Response[bytes]:
+    ws = await load_workspace(conn, principal, workspace)
+    export = await export_workspace(conn, ws, published=published)
+    fmt = _negotiate(request, fmt)
+    headers = {"Vary": "Accept"}
+    if export.dropped:
+        headers[DROPPED_HEADER] = ", ".join(f"{d.agent}/{d.operation}" for d in export.dropped)
+    return Response(
+        render(to_document(export.file), fmt), media_type=_MEDIA_TYPES[fmt], headers=headers
+    )
+
+
+handlers: list[Any] = [export_workspace_file]

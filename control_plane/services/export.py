@@ -1,0 +1,177 @@
+"""``crank export``: a workspace as an operation file that ``crank apply`` takes back.
+
+Two views of a workspace, both in the file format of ``shared.spec``:
+
+- **drafts** (the default): every operation's draft and every agent's draft.
+  ``crank apply`` of it into an empty workspace reproduces the drafts; with
+  ``--publish`` it also publishes them.
+- **published**: each operation's latest published version and each published
+  agent's published state, i.e. what the gateways serve. Operations never
+  published and agents not published are left out.
+
+Publish state itself (version numbers, whether a draft differs from its
+version) is not part of the file format, so it is not exported; neither are
+keys, and secrets only appear as the names ``request.auth.secret`` refers to.
+
+An agent binding that the file could not reproduce is dropped: in the
+published view, an operation without a published version (the gateways leave
+it out of the catalog too); in either view, an operation that no longer exists
+(a never-published draft discarded after the agent bound it). Apply would
+refuse such a binding, so the file stays applicable; ``Export.dropped`` names
+them.
+
+Both lists come from one SQL statement, so the file is one consistent
+snapshot even while others write. Fields equal to the format's defaults are
+left out, the way a person writes the file (DESIGN "Defaults keep the simple
+case short"); applying it fills them in again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, TypeVar
+
+import msgspec
+import yaml
+
+from control_plane.auth import Workspace
+from control_plane.errors import Conflict
+from shared.db import Connection
+from shared.spec import (
+    AgentSpec,
+    CrankFile,
+    OperationSpec,
+    agent_from_builtins,
+    operation_from_builtins,
+)
+
+ExportFormat = Literal["yaml", "json"]
+
+_DRAFTS: Final = """
+    SELECT (SELECT coalesce(jsonb_agg(o.draft ORDER BY o.name), '[]')
+              FROM operations o WHERE o.workspace_id = %(ws)s) AS operations,
+           (SELECT coalesce(jsonb_agg(a.draft || jsonb_build_object('slug', a.slug)
+                                      ORDER BY a.slug), '[]')
+              FROM agents a WHERE a.workspace_id = %(ws)s) AS agents"""
+
+_PUBLISHED: Final = """
+    SELECT (SELECT coalesce(jsonb_agg(v.spec ORDER BY o.name), '[]')
+              FROM operations o
+              JOIN operation_versions v ON v.operation_id = o.id AND v.version = o.latest_version
+             WHERE o.workspace_id = %(ws)s) AS operations,
+           (SELECT coalesce(jsonb_agg(a.published || jsonb_build_object('slug', a.slug)
+                                      ORDER BY a.slug), '[]')
+              FROM agents a WHERE a.workspace_id = %(ws)s AND a.published IS NOT NULL) AS agents"""
+
+
+@dataclass(frozen=True, slots=True)
+class DroppedBinding:
+    agent: str
+    operation: str
+
+
+@dataclass(frozen=True, slots=True)
+class Export:
+    file: CrankFile
+    dropped: list[DroppedBinding] = field(default_factory=list)
+
+
+T = TypeVar("T", OperationSpec, AgentSpec)
+
+
+def _decode(convert: Callable[[Any], T], kind: str, key: str, value: Any) -> T:
+    try:
+        return convert(value)
+    except msgspec.ValidationError as exc:
+        # Stored before a format change: refuse rather than write a file apply rejects.
+        name = value.get(key) if isinstance(value, dict) else None
+        raise Conflict(
+            f"the stored {kind} {name!r} no longer fits the file format ({exc}); "
+            "save it again through the API, then export",
+            code="stored_spec_invalid",
+        ) from None
+
+
+async def export_workspace(conn: Connection, ws: Workspace, *, published: bool) -> Export:
+    cur = await conn.execute(_PUBLISHED if published else _DRAFTS, {"ws": ws.id})
+    row = await cur.fetchone()
+    assert row is not None  # the subselects always answer one row
+    operations = [
+        _decode(operation_from_builtins, "operation", "name", value) for value in row["operations"]
+    ]
+    known = {op.name for op in operations}
+    agents: list[AgentSpec] = []
+    dropped: list[DroppedBinding] = []
+    for value in row["agents"]:
+        agent = _decode(agent_from_builtins, "agent", "slug", value)
+        dropped += [DroppedBinding(agent.slug, n) for n in agent.operations if n not in known]
+        kept = [name for name in agent.operations if name in known]
+        agents.append(msgspec.structs.replace(agent, operations=kept))
+    return Export(CrankFile(workspace=ws.slug, operations=operations, agents=agents), dropped)
+
+
+def _default(spec_field: msgspec.structs.FieldInfo) -> Any:
+    if spec_field.default is not msgspec.NODEFAULT:
+        return spec_field.default
+    if spec_field.default_factory is not msgspec.NODEFAULT:
+        return spec_field.default_factory()
+    return msgspec.NODEFAULT
+
+
+def compact(value: Any) -> Any:
+    """Plain data of a spec, leaving out every field equal to its default."""
+    if isinstance(value, msgspec.Struct):
+        document: dict[str, Any] = {}
+        for spec_field in msgspec.structs.fields(value):
+            item = getattr(value, spec_field.name)
+            if not spec_field.required and item == _default(spec_field):
+                continue
+            document[spec_field.encode_name] = compact(item)
+        return document
+    if isinstance(value, list):
+        return [compact(item) for item in value]
+    return msgspec.to_builtins(value)
+
+
+def to_document(file: CrankFile, *, with_workspace: bool = True) -> dict[str, Any]:
+    """The file as plain data in the format's field order: workspace, operations, agents."""
+    document: dict[str, Any] = {}
+    if with_workspace and file.workspace is not None:
+        document["workspace"] = file.workspace
+    document["operations"] = compact(file.operations)
+    document["agents"] = compact(file.agents)
+    return document
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style with indented lists (as docs/operation-file.md writes them), no
+    anchors, multi-line strings as literal blocks."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
+def render(document: dict[str, Any], fmt: ExportFormat) -> bytes:
+    if fmt == "json":
+        return msgspec.json.format(msgspec.json.encode(document), indent=2) + b"\n"
+    text = yaml.dump(
+        document,
+        Dumper=_Dumper,
+        sort_keys=False,
+        allow_unicode=True,
+        default_flow_style=False,
+        width=100,
+    )
+    return text.encode()
