@@ -35,7 +35,7 @@ from mcp_gateway.metrics import agent_label, observe_tool_call
 from mcp_gateway.snapshot import Tool
 from shared.compiler import confirmation_token
 from shared.errors import ErrorCode, ToolError
-from shared.outbound import OutboundError, UpstreamRequest
+from shared.outbound import OutboundError
 from shared.request_builder import BuiltRequest
 from shared.response_selector import structured_content
 
@@ -94,20 +94,9 @@ async def _send(
     call: Call, tool: Tool, built: BuiltRequest, upstream: _Upstream, *, wrap_arrays: bool
 ) -> dict[str, Any]:
     compiled = tool.compiled
-    idempotency = tool.spec.execution_config.idempotency
     started = time.perf_counter()
     try:
-        response = await call.state.executor.execute(
-            UpstreamRequest(
-                method=built.method,
-                url=built.url,
-                headers=built.headers,
-                body=built.body,
-                timeout_ms=tool.spec.execution_config.timeout_ms,
-                retries=tool.spec.execution_config.retries,
-                idempotency_header=idempotency.header if idempotency else None,
-            )
-        )
+        response = await call.state.executor.execute(compiled.upstream_request(built))
     except OutboundError as exc:
         upstream.attempts = exc.attempts
         upstream.elapsed_ms = (time.perf_counter() - started) * 1000

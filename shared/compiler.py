@@ -33,6 +33,7 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 
 from shared.errors import Language, ToolError, invalid_arguments
+from shared.outbound import UpstreamRequest
 from shared.request_builder import (
     CONFIRMATION_ARGUMENT,
     CONFIRMATION_TOKEN_PATTERN,
@@ -158,6 +159,20 @@ class CompiledOperation:
     ) -> BuiltRequest:
         """``arguments`` as ``validate`` returned them."""
         return self._builder.build(arguments, secrets)
+
+    def upstream_request(self, built: BuiltRequest) -> UpstreamRequest:
+        """``built`` with the operation's timeout, retries and idempotency header."""
+        execution = self.spec.execution_config
+        idempotency = execution.idempotency
+        return UpstreamRequest(
+            method=built.method,
+            url=built.url,
+            headers=built.headers,
+            body=built.body,
+            timeout_ms=execution.timeout_ms,
+            retries=execution.retries,
+            idempotency_header=idempotency.header if idempotency else None,
+        )
 
     def select(
         self,

@@ -1,5 +1,6 @@
-"""Real gateway processes for the tests: granian serving mcp_gateway.app, and
-the catalog set up through the real control-plane API."""
+"""Real gateway processes for the tests: granian serving mcp_gateway.app, the
+catalog set up through the real control-plane API, stand-in upstreams on
+loopback, and the demo (sales API, seed, allowlisting gateway)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from aiohttp import web
 
+from control_plane.cli.devkeys import ensure_api_key
+from control_plane.cli.seed import ensure_workspace, seed_demo
+from control_plane.demo import DEMO_WORKSPACE
+from control_plane.demo.sales_api import create_app as create_sales_app
+from shared.crypto import KeyHasher
+from shared.db import connect
 from tests.conftest import TEST_SECRET_KEY, Client, auth
 
 SEED_URL_PATH = "/mcp/v1/default/currency-rates"
@@ -51,6 +59,23 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@asynccontextmanager
+async def serve_upstream(
+    app: web.Application, port: int | None = None, *, handler_cancellation: bool = False
+) -> AsyncIterator[int]:
+    """``app`` served on 127.0.0.1:``port`` (a free one by default) for the block; yields
+    the port. ``handler_cancellation``: a caller that drops the connection cancels the
+    handler."""
+    port = free_port() if port is None else port
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=handler_cancellation)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        yield port
+    finally:
+        await runner.cleanup()
 
 
 @dataclass
@@ -183,6 +208,36 @@ async def run_gateway(
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout=10)
+
+
+@dataclass
+class DemoGateway:
+    gateway: Gateway
+    sales_port: int  # the demo sales API (control_plane.demo.sales_api)
+    agent_key: str  # the demo's sales agent
+    approval_key: str  # sales, kind approval
+
+
+@asynccontextmanager
+async def demo_gateway(database_url: str, tmp_path: Path) -> AsyncIterator[DemoGateway]:
+    """The demo as ``crank up`` runs it: the demo sales API on a free loopback port, the
+    demo seeded as ``crank seed-demo`` seeds it (its sales URLs on that port), and a
+    gateway allowlisting exactly that port. ``database_url``'s schema must be migrated."""
+    async with serve_upstream(create_sales_app()) as sales_port:
+        async with await connect(database_url) as conn:
+            await seed_demo(conn, sales_port=sales_port)
+            workspace = await ensure_workspace(conn, DEMO_WORKSPACE, "tests")
+            hasher = KeyHasher(TEST_SECRET_KEY)
+            agent_key = await ensure_api_key(
+                conn, hasher, workspace, "tests", agent="sales", kind="agent", saved=None
+            )
+            approval_key = await ensure_api_key(
+                conn, hasher, workspace, "tests", agent="sales", kind="approval", saved=None
+            )
+            await conn.commit()
+        env = {"CRANK_UPSTREAM_ALLOWLIST": f"127.0.0.1:{sales_port}"}
+        async with run_gateway(database_url, tmp_path, extra_env=env) as gateway:
+            yield DemoGateway(gateway, sales_port, agent_key, approval_key)
 
 
 async def wait_until(predicate: Any, timeout_s: float = 10.0, interval_s: float = 0.05) -> None:

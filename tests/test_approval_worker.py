@@ -32,7 +32,7 @@ from shared.request_builder import BuiltRequest
 from shared.spec import operation_from_builtins
 from shared.ssrf import AddressPolicy
 from tests.conftest import TEST_SECRET_KEY, Client, auth
-from tests.gateway_support import free_port, wait_until
+from tests.gateway_support import free_port, serve_upstream, wait_until
 from tests.tool_call_support import BASE, ok, publish_agent, publish_operation
 
 TOKEN = "shop-token-7f3a9c"  # the workspace secret SHOP_TOKEN
@@ -116,15 +116,11 @@ async def serve_shop() -> AsyncIterator[Shop]:
     state = Shop()
     app = web.Application()
     app.router.add_post("/orders", state.orders)
-    # handler_cancellation: a caller that drops the connection cancels the handler.
-    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", state.port).start()
-    try:
-        yield state
-    finally:
-        state.gate.set()
-        await runner.cleanup()
+    async with serve_upstream(app, state.port, handler_cancellation=True):
+        try:
+            yield state
+        finally:
+            state.gate.set()  # held requests end before the server does
 
 
 @pytest.fixture

@@ -13,14 +13,20 @@ from typing import Any
 
 import httpx
 import pytest
-from aiohttp import web
 
 from shared.db import connect
 from shared.keys import display_prefix
 from tests.conftest import Client, auth, make_token
 from tests.gateway_support import run_gateway, wait_until
 from tests.test_gateway_legacy import bearer
-from tests.test_gateway_tools_call import PATH, Upstream, call_body, open_session_at, seed
+from tests.test_gateway_tools_call import (
+    PATH,
+    Upstream,
+    call_body,
+    open_session_at,
+    seed,
+    serve_rates,
+)
 
 CALLS = "/api/v1/workspaces/default/calls"
 FLUSH_S = 1.0  # CRANK_CALL_LOG_FLUSH_MS default
@@ -28,16 +34,8 @@ FLUSH_S = 1.0  # CRANK_CALL_LOG_FLUSH_MS default
 
 @pytest.fixture
 async def rates_upstream() -> AsyncIterator[Upstream]:
-    state = Upstream()
-    app = web.Application()
-    app.router.add_get("/v1/latest", state.latest)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", state.port).start()
-    try:
+    async with serve_rates() as state:
         yield state
-    finally:
-        await runner.cleanup()
 
 
 async def tool_call(http: httpx.AsyncClient, headers: dict[str, str], arguments: Any) -> Any:

@@ -53,6 +53,16 @@ async def logged(database_url: str) -> list[str]:
         return [r["request_id"] for r in await cur.fetchall()]
 
 
+async def copy_waits_on_the_lock(watcher: Connection) -> bool:
+    """Whether the writer's COPY into call_log is blocked on a table lock."""
+    cur = await watcher.execute(
+        "SELECT count(*) AS n FROM pg_stat_activity"
+        " WHERE wait_event_type = 'Lock' AND query LIKE 'COPY call_log%%'"
+    )
+    found = await cur.fetchone()
+    return found is not None and found["n"] == 1
+
+
 async def test_flush_writes_every_buffered_row_in_one_batch_with_every_column(
     pool: AsyncConnectionPool[Connection], database_url: str
 ) -> None:
@@ -118,15 +128,7 @@ async def test_stop_during_a_flush_also_writes_the_rows_recorded_meanwhile(
         writer.start()
         writer.record(row(1))
 
-        async def copy_waits_on_the_lock() -> bool:
-            cur = await watcher.execute(
-                "SELECT count(*) AS n FROM pg_stat_activity"
-                " WHERE wait_event_type = 'Lock' AND query LIKE 'COPY call_log%%'"
-            )
-            found = await cur.fetchone()
-            return found is not None and found["n"] == 1
-
-        await wait_until(copy_waits_on_the_lock, timeout_s=5)
+        await wait_until(lambda: copy_waits_on_the_lock(watcher), timeout_s=5)
         writer.record(row(2))  # after the loop took its batch
         stopping = asyncio.create_task(writer.stop())
         await asyncio.sleep(0.05)
@@ -206,15 +208,7 @@ async def test_a_flush_the_database_does_not_answer_in_time_is_requeued_within_t
         await locker.execute("LOCK TABLE call_log IN ACCESS EXCLUSIVE MODE")
         flushing = asyncio.create_task(writer.flush())
 
-        async def copy_waits_on_the_lock() -> bool:
-            cur = await watcher.execute(
-                "SELECT count(*) AS n FROM pg_stat_activity"
-                " WHERE wait_event_type = 'Lock' AND query LIKE 'COPY call_log%%'"
-            )
-            found = await cur.fetchone()
-            return found is not None and found["n"] == 1
-
-        await wait_until(copy_waits_on_the_lock, timeout_s=5)
+        await wait_until(lambda: copy_waits_on_the_lock(watcher), timeout_s=5)
         for number in (4, 5, 6):  # recorded while the batch is out
             writer.record(row(number))
         with pytest.raises(TimeoutError):

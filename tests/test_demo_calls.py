@@ -19,28 +19,20 @@ from __future__ import annotations
 
 import errno
 import socket
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import cast
 
 import httpx
 import pytest
-from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from control_plane.cli.devkeys import ensure_api_key
-from control_plane.cli.seed import ensure_workspace, seed_demo
-from control_plane.demo import DEMO_WORKSPACE, load_demo_file
-from control_plane.demo.sales_api import create_app
+from control_plane.demo import load_demo_file
 from shared.compiler import compile_operation
-from shared.crypto import KeyHasher
-from shared.db import connect
 from shared.errors import ErrorCode, ToolError
-from shared.outbound import OutboundError, UpstreamExecutor, UpstreamRequest
+from shared.outbound import OutboundError, UpstreamExecutor
 from shared.spec import operation_from_builtins, spec_to_builtins
 from shared.ssrf import AddressPolicy
-from tests.conftest import TEST_SECRET_KEY
-from tests.gateway_support import free_port, run_gateway
+from tests.gateway_support import demo_gateway
 from tests.tool_call_support import ERAS, Caller, assert_tool_error
 
 FRANKFURTER_HOST = "api.frankfurter.dev"
@@ -117,16 +109,7 @@ async def test_offline_the_demo_frankfurter_call_is_upstream_unavailable(
     executor = UpstreamExecutor(AddressPolicy(), resolver=resolver, socket_factory=network)
     async with executor:
         with pytest.raises(OutboundError) as caught:
-            await executor.execute(
-                UpstreamRequest(
-                    method=built.method,
-                    url=built.url,
-                    headers=built.headers,
-                    body=built.body,
-                    timeout_ms=spec.execution_config.timeout_ms,
-                    retries=spec.execution_config.retries,
-                )
-            )
+            await executor.execute(compiled.upstream_request(built))
 
     code = cast(ErrorCode, caught.value.code)  # as mcp_gateway.tool_call maps it
     structured = ToolError.of(code, request_id="req_offline").to_structured()
@@ -138,41 +121,14 @@ async def test_offline_the_demo_frankfurter_call_is_upstream_unavailable(
     assert network.addresses == ([] if answer is None else [answer] * attempts)  # no socket made
 
 
-@pytest.fixture
-async def sales_port() -> AsyncIterator[int]:
-    """The demo sales API (control_plane.demo.sales_api) on a free loopback port."""
-    port = free_port()
-    runner = web.AppRunner(create_app(), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield port
-    finally:
-        await runner.cleanup()
-
-
 async def test_the_demo_sales_api_answers_the_sales_get_operations(
-    database_url: str, tmp_path: Path, sales_port: int
+    database_url: str, tmp_path: Path
 ) -> None:
-    async with await connect(database_url) as conn:
-        await seed_demo(conn, sales_port=sales_port)
-        workspace = await ensure_workspace(conn, DEMO_WORKSPACE, "tests")
-        key = await ensure_api_key(
-            conn,
-            KeyHasher(TEST_SECRET_KEY),
-            workspace,
-            "tests",
-            agent="sales",
-            kind="agent",
-            saved=None,
-        )
-        await conn.commit()
-    env = {"CRANK_UPSTREAM_ALLOWLIST": f"127.0.0.1:{sales_port}"}  # exactly the demo API
     async with (
-        run_gateway(database_url, tmp_path, extra_env=env) as gateway,
-        httpx.AsyncClient(base_url=gateway.url, timeout=20) as http,
+        demo_gateway(database_url, tmp_path) as demo,  # allowlists exactly the demo API
+        httpx.AsyncClient(base_url=demo.gateway.url, timeout=20) as http,
     ):
-        caller = Caller(http, "/mcp/v1/default/sales", key)
+        caller = Caller(http, "/mcp/v1/default/sales", demo.agent_key)
         for era in ERAS:
             order = await caller.call(era, "sales_get_order", {"order_id": "ord_456"})
             assert order["isError"] is False, order

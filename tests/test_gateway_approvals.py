@@ -23,17 +23,19 @@ import httpx
 import pytest
 from aiohttp import web
 
-from control_plane.cli.devkeys import ensure_api_key
-from control_plane.cli.seed import ensure_workspace, seed_demo
-from control_plane.demo import DEMO_WORKSPACE
-from control_plane.demo.sales_api import create_app as create_sales_app
 from shared.canonical import arguments_hash
-from shared.crypto import KeyHasher
 from shared.db import connect
 from shared.errors import mask
 from shared.keys import display_prefix
-from tests.conftest import TEST_SECRET_KEY, Client, auth
-from tests.gateway_support import Gateway, free_port, run_gateway, wait_until
+from tests.conftest import Client, auth
+from tests.gateway_support import (
+    Gateway,
+    demo_gateway,
+    free_port,
+    run_gateway,
+    serve_upstream,
+    wait_until,
+)
 from tests.test_approvals_sql import behind_the_trigger
 from tests.test_gateway_seed_replay import curl_client
 from tests.tool_call_support import (
@@ -128,13 +130,8 @@ async def upstream() -> AsyncIterator[Upstream]:
     state = Upstream()
     app = web.Application()
     app.router.add_post("/refunds", state.refund)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", state.port).start()
-    try:
+    async with serve_upstream(app, state.port):
         yield state
-    finally:
-        await runner.cleanup()
 
 
 @dataclass
@@ -753,36 +750,11 @@ async def test_cors_for_the_allowed_origins_and_403_for_others(
 SEED_APPROVE = '{ "approve": "yes", "note": "Пользователь подтвердил действие" }'.encode()
 
 
-@pytest.fixture
-async def sales_port() -> AsyncIterator[int]:
-    """The demo sales API (control_plane.demo.sales_api) on a free loopback port."""
-    port = free_port()
-    runner = web.AppRunner(create_sales_app(), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield port
-    finally:
-        await runner.cleanup()
-
-
 async def test_the_seed_curl_sequence_approves_and_the_worker_completes_the_refund(
-    database_url: str, tmp_path: Path, sales_port: int
+    database_url: str, tmp_path: Path
 ) -> None:
     """The demo (``crank up``'s): tools/call of sales_create_refund → list approvals →
     approve with the seed's body → GET shows ``completed`` with ``response_payload``."""
-    async with await connect(database_url) as conn:
-        await seed_demo(conn, sales_port=sales_port)
-        workspace = await ensure_workspace(conn, DEMO_WORKSPACE, "tests")
-        hasher = KeyHasher(TEST_SECRET_KEY)
-        agent_key = await ensure_api_key(
-            conn, hasher, workspace, "tests", agent="sales", kind="agent", saved=None
-        )
-        approval_key = await ensure_api_key(
-            conn, hasher, workspace, "tests", agent="sales", kind="approval", saved=None
-        )
-        await conn.commit()
-    env = {"CRANK_UPSTREAM_ALLOWLIST": f"127.0.0.1:{sales_port}"}
     arguments = {
         "request_id": "refund-ord_456-001",
         "order_id": "ord_456",
@@ -790,11 +762,12 @@ async def test_the_seed_curl_sequence_approves_and_the_worker_completes_the_refu
         "reason": "requested_by_customer",
     }
     async with (
-        run_gateway(database_url, tmp_path, extra_env=env) as gateway,
-        httpx.AsyncClient(base_url=gateway.url, timeout=20) as mcp_http,
-        curl_client(gateway.url) as curl,
+        demo_gateway(database_url, tmp_path) as demo,
+        httpx.AsyncClient(base_url=demo.gateway.url, timeout=20) as mcp_http,
+        curl_client(demo.gateway.url) as curl,
     ):
-        result = await Caller(mcp_http, MCP, agent_key).call(
+        approval_key = demo.approval_key
+        result = await Caller(mcp_http, MCP, demo.agent_key).call(
             "legacy", "sales_create_refund", arguments
         )
         structured = result["structuredContent"]
@@ -842,5 +815,5 @@ async def test_the_seed_curl_sequence_approves_and_the_worker_completes_the_refu
             "status": "succeeded",
         }
         # The refund happened once, upstream.
-        order = await mcp_http.get(f"http://127.0.0.1:{sales_port}/orders/ord_456")
+        order = await mcp_http.get(f"http://127.0.0.1:{demo.sales_port}/orders/ord_456")
         assert order.json()["refunded_amount"] == 1200

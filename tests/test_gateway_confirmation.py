@@ -31,19 +31,20 @@ from aiohttp import web
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from control_plane.cli.devkeys import ensure_api_key
-from control_plane.cli.seed import ensure_workspace, seed_demo
-from control_plane.demo import DEMO_WORKSPACE
-from control_plane.demo.sales_api import create_app as create_sales_app
 from mcp_gateway.confirmation import ConfirmationSigner
 from shared.canonical import arguments_hash
-from shared.crypto import KeyHasher
 from shared.db import connect
 from shared.errors import suggested_action
 from shared.migrate import migrate
 from shared.request_builder import CONFIRMATION_ARGUMENT, CONFIRMATION_TOKEN_PATTERN
 from tests.conftest import TEST_SECRET_KEY, _reset, auth, database_url_for, make_token
-from tests.gateway_support import Gateway, free_port, run_gateway, wait_until
+from tests.gateway_support import (
+    Gateway,
+    demo_gateway,
+    free_port,
+    run_gateway,
+    wait_until,
+)
 from tests.test_gateway_modern import META, modern
 from tests.tool_call_support import (
     BASE,
@@ -498,42 +499,15 @@ async def test_delete_with_approval_asks_for_confirmation_first_then_for_approva
 # The demo, end to end --------------------------------------------------------
 
 
-@pytest.fixture
-async def sales_port() -> AsyncIterator[int]:
-    port = free_port()
-    runner = web.AppRunner(create_sales_app(), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield port
-    finally:
-        await runner.cleanup()
-
-
 async def test_the_demo_deletes_a_draft_order_after_confirmation(
-    empty_database_url: str, tmp_path: Path, sales_port: int
+    empty_database_url: str, tmp_path: Path
 ) -> None:
-    url = empty_database_url
-    await migrate(url)
-    async with await connect(url) as conn:
-        await seed_demo(conn, sales_port=sales_port)
-        workspace = await ensure_workspace(conn, DEMO_WORKSPACE, "tests")
-        key = await ensure_api_key(
-            conn,
-            KeyHasher(TEST_SECRET_KEY),
-            workspace,
-            "tests",
-            agent="sales",
-            kind="agent",
-            saved=None,
-        )
-        await conn.commit()
-    env = {"CRANK_UPSTREAM_ALLOWLIST": f"127.0.0.1:{sales_port}"}
+    await migrate(empty_database_url)
     async with (
-        run_gateway(url, tmp_path, extra_env=env) as gateway,
-        httpx.AsyncClient(base_url=gateway.url, timeout=20) as http,
+        demo_gateway(empty_database_url, tmp_path) as demo,
+        httpx.AsyncClient(base_url=demo.gateway.url, timeout=20) as http,
     ):
-        caller = Caller(http, "/mcp/v1/default/sales", key)
+        caller = Caller(http, "/mcp/v1/default/sales", demo.agent_key)
         args = {"order_id": "ord_123"}  # the demo's draft order
         token = token_of(await caller.call("legacy", "sales_delete_draft_order", args))
         still_there = await caller.call("legacy", "sales_get_order", args)

@@ -8,30 +8,28 @@ from pathlib import Path
 
 import httpx
 import pytest
-from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from mcp_gateway.metrics import method_class
 from tests.conftest import Client
 from tests.gateway_support import run_gateway
 from tests.test_gateway_legacy import bearer
-from tests.test_gateway_tools_call import PATH, Upstream, call_body, open_session_at, seed
+from tests.test_gateway_tools_call import (
+    PATH,
+    Upstream,
+    call_body,
+    open_session_at,
+    seed,
+    serve_rates,
+)
 
 AGENT = "default/rates"
 
 
 @pytest.fixture
 async def rates_upstream() -> AsyncIterator[Upstream]:
-    state = Upstream()
-    app = web.Application()
-    app.router.add_get("/v1/latest", state.latest)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", state.port).start()
-    try:
+    async with serve_rates() as state:
         yield state
-    finally:
-        await runner.cleanup()
 
 
 def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

@@ -28,7 +28,7 @@ from aiohttp import web
 from control_plane.demo import load_demo_file
 from shared.spec import spec_to_builtins
 from tests.conftest import Client, auth
-from tests.gateway_support import SEED_URL_PATH, free_port, run_gateway
+from tests.gateway_support import SEED_URL_PATH, free_port, run_gateway, serve_upstream
 from tests.tool_call_support import BASE, ok, publish_operation
 
 # The seed's --data strings, byte for byte.
@@ -68,13 +68,8 @@ async def frankfurter() -> AsyncIterator[Frankfurter]:
     state = Frankfurter()
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", state.any)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", state.port).start()
-    try:
+    async with serve_upstream(app, state.port):
         yield state
-    finally:
-        await runner.cleanup()
 
 
 async def seed_demo_rates(client: Client, admin: str, upstream_port: int) -> str:

@@ -5,6 +5,7 @@ demo API), in both protocol eras and through the official SDK."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,9 @@ from mcp import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import Client, auth
-from tests.gateway_support import FRANKFURTER, free_port, run_gateway
+from tests.gateway_support import FRANKFURTER, free_port, run_gateway, serve_upstream
 from tests.test_gateway_legacy import bearer
+from tests.tool_call_support import publish_agent, publish_operation
 
 PATH = "/mcp/v1/default/rates"
 
@@ -43,24 +45,25 @@ class Upstream:
         )
 
 
-@pytest.fixture
-async def upstream() -> AsyncIterator[Upstream]:
+@asynccontextmanager
+async def serve_rates() -> AsyncIterator[Upstream]:
+    """The rates upstream on a free loopback port, for the block."""
     state = Upstream()
     app = web.Application()
     app.router.add_get("/v1/latest", state.latest)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", state.port).start()
-    try:
+    async with serve_upstream(app, state.port):
         yield state
-    finally:
-        await runner.cleanup()
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[Upstream]:
+    async with serve_rates() as state:
+        yield state
 
 
 async def seed(client: Client, admin: str, upstream_port: int, blocked_port: int) -> str:
     h = auth(admin)
     assert (await client.post("/api/v1/workspaces", json={"slug": "default"}, headers=h)).is_success
-    base = "/api/v1/workspaces/default"
     rates = {
         **FRANKFURTER,
         "name": "latest_rate",
@@ -73,20 +76,8 @@ async def seed(client: Client, admin: str, upstream_port: int, blocked_port: int
         "request": {**rates["request"], "url": f"http://127.0.0.1:{blocked_port}/v1/latest"},
     }
     for spec in (rates, blocked):
-        op = await client.post(f"{base}/operations", json=spec, headers=h)
-        assert op.is_success, op.text
-        published = await client.post(
-            f"{base}/operations/{spec['name']}/publish", headers=auth(admin, op.headers["etag"])
-        )
-        assert published.is_success, published.text
-    agent = await client.post(
-        f"{base}/agents",
-        json={"slug": "rates", "operations": ["latest_rate", "blocked_rate"]},
-        headers=h,
-    )
-    await client.post(f"{base}/agents/rates/publish", headers=auth(admin, agent.headers["etag"]))
-    key = await client.post(f"{base}/keys", json={"agent": "rates"}, headers=h)
-    return str(key.json()["key"])
+        await publish_operation(client, admin, spec)
+    return await publish_agent(client, admin, "rates", ["latest_rate", "blocked_rate"])
 
 
 def call_body(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -159,9 +150,10 @@ async def test_tools_call_reaches_the_upstream_and_returns_the_selected_result(
         assert blocked["structuredContent"]["error_code"] == "upstream_blocked"
 
 
-async def open_session_at(http: httpx.AsyncClient, key: str) -> str:
+async def open_session_at(http: httpx.AsyncClient, key: str, path: str = PATH) -> str:
+    """A legacy session at ``path``; its id."""
     response = await http.post(
-        PATH,
+        path,
         json={
             "jsonrpc": "2.0",
             "id": 1,

@@ -14,8 +14,9 @@ import pytest
 from aiohttp import web
 
 from tests.conftest import Client, auth
-from tests.gateway_support import free_port, run_gateway
+from tests.gateway_support import free_port, run_gateway, serve_upstream
 from tests.test_gateway_legacy import bearer
+from tests.test_gateway_tools_call import open_session_at
 
 FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 WS = "/api/v1/workspaces/default"
@@ -67,13 +68,8 @@ async def petstore() -> AsyncIterator[Petstore]:
     app.router.add_get("/v2/pet/{pet_id}", state.get)
     app.router.add_post("/v2/pet", state.add)
     app.router.add_post("/v2/store/order", state.order)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", state.port).start()
-    try:
+    async with serve_upstream(app, state.port):
         yield state
-    finally:
-        await runner.cleanup()
 
 
 async def import_and_publish(client: Client, admin: str, port: int) -> str:
@@ -134,22 +130,7 @@ async def test_imported_petstore_tools_are_listed_and_called_end_to_end(
         run_gateway(database_url, tmp_path, extra_env=env) as gateway,
         httpx.AsyncClient(base_url=gateway.url, timeout=20) as http,
     ):
-        init = await http.post(
-            PATH,
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "t", "version": "1"},
-                },
-            },
-            headers=bearer(key),
-        )
-        assert init.status_code == 200, init.text
-        session = {**bearer(key), "MCP-Session-Id": init.headers["mcp-session-id"]}
+        session = {**bearer(key), "MCP-Session-Id": await open_session_at(http, key, PATH)}
 
         tools = {t["name"]: t for t in (await rpc(http, session, "tools/list", {}))["tools"]}
         assert sorted(tools) == sorted(SAMPLE)

@@ -19,7 +19,6 @@ from litestar.params import FromPath, JSONBody
 
 from control_plane.auth import Role, load_workspace
 from control_plane.deps import Caller, DbConn
-from control_plane.errors import NotFound
 from control_plane.etag import etag, parse_if_match
 from control_plane.lint import Finding
 from control_plane.services.agents import (
@@ -27,9 +26,9 @@ from control_plane.services.agents import (
     PublishWarning,
     create_agent,
     delete_agent,
-    get_agent,
     list_agents,
     publish_agent,
+    require_agent,
     unpublish_agent,
     update_agent_draft,
 )
@@ -127,10 +126,7 @@ class AgentController(Controller):
         self, workspace: FromPath[str], slug: FromPath[str], conn: DbConn, principal: Caller
     ) -> Response[AgentView]:
         ws = await load_workspace(conn, principal, workspace, Role.VIEWER)
-        row = await get_agent(conn, ws.id, slug)
-        if row is None:
-            raise NotFound(f"agent {slug!r} not found in workspace {ws.slug!r}")
-        return _with_etag(row)
+        return _with_etag(await require_agent(conn, ws, slug))
 
     @put("/{slug:str}", summary="Replace an agent's draft (If-Match required)")
     async def replace(

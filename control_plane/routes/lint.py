@@ -19,9 +19,8 @@ from litestar.status_codes import HTTP_200_OK
 
 from control_plane.auth import Role, load_workspace
 from control_plane.deps import Caller, DbConn
-from control_plane.errors import NotFound
 from control_plane.lint import Finding, check_and_lint_file
-from control_plane.services.agents import get_agent, lint_agent_draft
+from control_plane.services.agents import lint_agent_draft, require_agent
 from control_plane.services.apply import check_file
 from control_plane.services.operations import lint_stored, require_operation, serving_specs
 from shared.spec import CrankFile
@@ -88,9 +87,7 @@ async def lint_agent_route(
     workspace: FromPath[str], slug: FromPath[str], conn: DbConn, principal: Caller
 ) -> LintReport:
     ws = await load_workspace(conn, principal, workspace, Role.VIEWER)
-    row = await get_agent(conn, ws.id, slug)
-    if row is None:
-        raise NotFound(f"agent {slug!r} not found in workspace {ws.slug!r}")
+    row = await require_agent(conn, ws, slug)
     return LintReport(findings=await lint_agent_draft(conn, ws, row.draft))
 
 

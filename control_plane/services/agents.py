@@ -97,6 +97,13 @@ async def get_agent(conn: Connection, workspace_id: int, slug: str) -> AgentRow 
     return AgentRow.from_row(row) if row else None
 
 
+async def require_agent(conn: Connection, ws: Workspace, slug: str) -> AgentRow:
+    row = await get_agent(conn, ws.id, slug)
+    if row is None:
+        raise NotFound(f"agent {slug!r} not found in workspace {ws.slug!r}")
+    return row
+
+
 async def _lock_agent(conn: Connection, ws: Workspace, slug: str) -> AgentRow:
     cur = await conn.execute(
         f"SELECT {_COLUMNS} FROM agents WHERE workspace_id = %s AND slug = %s FOR UPDATE",

@@ -29,6 +29,7 @@ findings of every operation and of the agent come with the report.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, Literal
 
 import msgspec
@@ -127,40 +128,45 @@ class _Importer:
         self.hashes: dict[str, str] = {}  # what the audit row records
 
     async def create(self, spec: OperationSpec, draft: dict[str, Any]) -> None:
-        if self.report.dry_run:
-            problem = None if self.validated else _invalid(spec)
-            if problem is not None:
-                self.report.skipped.append(problem)
-                return
-        else:
-            try:
-                await operations.create_operation(self.conn, self.ws, self.actor, spec)
-            except ApiError as exc:
-                self.report.skipped.append(_refusal(spec.name, exc))
-                return
-        self.report.created.append(spec.name)
-        self.hashes[spec.name] = draft_hash(draft)
+        async def write() -> None:
+            await operations.create_operation(self.conn, self.ws, self.actor, spec)
+
+        await self._save(spec, draft, write, self.report.created)
 
     async def update(self, spec: OperationSpec, draft: dict[str, Any], row: dict[str, Any]) -> None:
+        async def write() -> None:
+            await operations.update_operation_draft(
+                self.conn,
+                self.ws,
+                self.actor,
+                spec.name,
+                spec,
+                Precondition(row["id"], row["revision"]),
+            )
+
+        await self._save(spec, draft, write, self.report.updated)
+
+    async def _save(
+        self,
+        spec: OperationSpec,
+        draft: dict[str, Any],
+        write: Callable[[], Awaitable[None]],
+        done: list[str],
+    ) -> None:
+        """``write`` (in a dry run, only validate ``spec``); then ``spec.name`` goes to
+        ``done``, or to ``skipped`` with the reason it was refused."""
         if self.report.dry_run:
-            problem = None if self.validated else _invalid(spec)
-            if problem is not None:
-                self.report.skipped.append(problem)
-                return
+            refused = None if self.validated else _invalid(spec)
         else:
             try:
-                await operations.update_operation_draft(
-                    self.conn,
-                    self.ws,
-                    self.actor,
-                    spec.name,
-                    spec,
-                    Precondition(row["id"], row["revision"]),
-                )
+                await write()
+                refused = None
             except ApiError as exc:
-                self.report.skipped.append(_refusal(spec.name, exc))
-                return
-        self.report.updated.append(spec.name)
+                refused = _refusal(spec.name, exc)
+        if refused is not None:
+            self.report.skipped.append(refused)
+            return
+        done.append(spec.name)
         self.hashes[spec.name] = draft_hash(draft)
 
     async def operation(

@@ -52,7 +52,7 @@ from shared.compiler import CompiledOperation, compile_operation
 from shared.crypto import CryptoError, Sealed, SecretBox, secret_associated_data
 from shared.db import Connection
 from shared.errors import ErrorCode, Language, ToolError, mask
-from shared.outbound import OutboundError, UpstreamRequest, UpstreamResponse
+from shared.outbound import OutboundError, UpstreamResponse
 from shared.request_builder import BuiltRequest
 from shared.spec import OperationSpec, operation_from_builtins
 from shared.spec_validation import FieldError, validate_operation
@@ -211,27 +211,15 @@ def _upstream_view(response: UpstreamResponse, secret_values: tuple[str, ...]) -
 
 async def _call(
     state: AppState,
-    spec: OperationSpec,
     compiled: CompiledOperation,
     built: BuiltRequest,
     request_id: str,
 ) -> tuple[UpstreamView, TryResult]:
     secret_values = _mask_values(built.secret_values)
-    idempotency = spec.execution_config.idempotency
     language: Language = state.settings.language
     started = time.perf_counter()
     try:
-        response = await state.executor.execute(
-            UpstreamRequest(
-                method=built.method,
-                url=built.url,
-                headers=built.headers,
-                body=built.body,
-                timeout_ms=spec.execution_config.timeout_ms,
-                retries=spec.execution_config.retries,
-                idempotency_header=idempotency.header if idempotency else None,
-            )
-        )
+        response = await state.executor.execute(compiled.upstream_request(built))
     except OutboundError as exc:
         view = UpstreamView(
             status=None,
@@ -329,7 +317,7 @@ async def try_operation(
         audit_id = await _audit_start(conn, ws, actor, name, row.revision, report.request)
         report.audited = True
     await conn.commit()
-    report.upstream, report.result = await _call(state, spec, compiled, built, request_id)
+    report.upstream, report.result = await _call(state, compiled, built, request_id)
     if audit_id is not None:
         await _audit_finish(conn, audit_id, report.upstream, report.result)
     log.info(

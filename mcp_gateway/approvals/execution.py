@@ -37,7 +37,7 @@ from shared.compiler import CompiledOperation, compile_operation
 from shared.crypto import CryptoError, Sealed, SecretBox, secret_associated_data
 from shared.db import Connection
 from shared.errors import ErrorCode, Language, ToolError, mask
-from shared.outbound import OutboundError, UpstreamExecutor, UpstreamRequest
+from shared.outbound import OutboundError, UpstreamExecutor
 from shared.request_builder import BuiltRequest
 from shared.spec import operation_from_builtins
 
@@ -186,20 +186,8 @@ class Performer:
         if not same_request(row.request, built):
             log.error("approval_request_changed", approval_id=row.id, tool=row.tool)
             return self._internal_error()
-        spec = compiled.spec
-        idempotency = spec.execution_config.idempotency
         try:
-            response = await self._executor.execute(
-                UpstreamRequest(
-                    method=built.method,
-                    url=built.url,
-                    headers=built.headers,
-                    body=built.body,
-                    timeout_ms=spec.execution_config.timeout_ms,
-                    retries=spec.execution_config.retries,
-                    idempotency_header=idempotency.header if idempotency else None,
-                )
-            )
+            response = await self._executor.execute(compiled.upstream_request(built))
         except OutboundError as exc:
             failure = ToolError.of(cast(ErrorCode, exc.code), language=self._language)
             return Outcome("failed", _payload(failure.error_code, failure.message))
