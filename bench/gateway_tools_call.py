@@ -10,9 +10,11 @@ its own database and seeds it in process through the control-plane app.
 Set-up. The upstream is bench/rates_upstream.py, a bare ASGI app under granian
 (one worker) answering ``GET /v1/latest?base=..&symbols=..`` with
 frankfurter-like JSON. Two copies run: one is the *direct* target, one is the
-gateway's upstream. The gateway is ``mcp_gateway.app:create_app`` under granian
-with one worker, ``CRANK_UPSTREAM_ALLOWLIST=127.0.0.1:<port>``,
-``CRANK_RATE_LIMIT=off`` and ``CRANK_LOG_LEVEL`` from ``--log-level``.
+gateway's upstream (both ``--loop asyncio``, as in issue 4). The gateway is
+``mcp_gateway.app:create_app`` under granian with one worker, ``--loop`` from
+``--gateway-loop`` (default auto: uvloop when installed),
+``CRANK_UPSTREAM_ALLOWLIST=127.0.0.1:<port>``, ``CRANK_RATE_LIMIT=off`` and
+``CRANK_LOG_LEVEL`` from ``--log-level``.
 
 Pinning (``taskset``). The server under test owns the first CPU: the gateway
 worker in the gateway runs, the direct upstream in the direct runs (the other
@@ -323,10 +325,18 @@ async def seed(url: str, upstream_port: int) -> str:
 
 
 def serve(
-    cpu: int, target: str, port: int, env: dict[str, str], *, factory: bool, log: Path
+    cpu: int,
+    target: str,
+    port: int,
+    env: dict[str, str],
+    *,
+    factory: bool,
+    log: Path,
+    loop: str = "asyncio",
 ) -> subprocess.Popen[bytes]:
     argv = ["taskset", "-c", str(cpu), sys.executable, "-m", "granian", "--interface", "asgi"]
     argv += ["--no-ws", "--workers", "1", "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--loop", loop]
     argv += ["--log-level", "warning", "--no-access-log"]
     if factory:
         argv.append("--factory")
@@ -556,13 +566,15 @@ async def main(args: argparse.Namespace) -> int:
             gateway_env,
             factory=True,
             log=logs["gateway"],
+            loop=args.gateway_loop,
         )
         processes.append(gateway_process)
         await wait_up(f"http://127.0.0.1:{direct_port}/_count", direct, logs["direct"])
         await wait_up(f"http://127.0.0.1:{upstream_port}/_count", upstream, logs["upstream"])
         await wait_up(f"http://127.0.0.1:{gateway_port}/readyz", gateway_process, logs["gateway"])
         print(
-            f"gateway: pid {gateway_process.pid} (granian, 1 worker, CPU {server_cpu}), "
+            f"gateway: pid {gateway_process.pid} (granian, 1 worker, CPU {server_cpu}, "
+            f"--loop {args.gateway_loop}), "
             f"CRANK_LOG_LEVEL={args.log_level}, CRANK_RATE_LIMIT=off; direct upstream on CPU "
             f"{server_cpu}; wrk -t1 and the gateway's upstream on CPU {client_cpu}",
             flush=True,
@@ -652,6 +664,13 @@ if __name__ == "__main__":
     )
     parser.add_argument("--eras", default="legacy,modern", help="legacy and/or modern")
     parser.add_argument("--log-level", default="warning", help="CRANK_LOG_LEVEL of the gateway")
+    parser.add_argument(
+        "--gateway-loop",
+        default="auto",
+        choices=("auto", "asyncio", "uvloop"),
+        help="granian --loop of the gateway (default auto: uvloop when installed); "
+        "both upstreams always run asyncio, as in issue 4",
+    )
     parser.add_argument(
         "--keep", action="store_true", help="leave servers up until Enter; keep logs and scripts"
     )

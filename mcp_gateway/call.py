@@ -15,7 +15,7 @@ from mcp_gateway.asgi import (
     start_stream,
 )
 from mcp_gateway.jsonrpc import RATE_LIMITED_CODE, RequestId, encode, error
-from mcp_gateway.metrics import RATE_LIMITED, REQUESTS
+from mcp_gateway.metrics import RATE_LIMITED, requests_counter
 from mcp_gateway.rate_limits import MethodClass
 from mcp_gateway.snapshot import Agent, Key
 from mcp_gateway.state import GatewayState
@@ -63,7 +63,7 @@ class Call:
     async def answer(
         self, status: int, body: bytes = b"", headers: dict[str, str] | None = None
     ) -> None:
-        REQUESTS.labels(self.label, str(status)).inc()
+        requests_counter(self.label, status).inc()
         await respond(self.send, status, body, headers=headers)
 
     async def admit(
@@ -87,7 +87,7 @@ class Call:
         if accepted is None or accepted[0]:
             await self.answer(200, body, headers)
             return
-        REQUESTS.labels(self.label, "200").inc()
+        requests_counter(self.label, 200).inc()
         await start_stream(self.send, headers)
         await send_event(self.send, body)
         await end_stream(self.send)

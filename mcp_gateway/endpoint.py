@@ -9,6 +9,7 @@ everything else, including no header at all, is the legacy session protocol.
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from urllib.parse import urlsplit
@@ -20,12 +21,41 @@ from mcp_gateway.asgi import Headers, Receive, Scope, Send, respond
 from mcp_gateway.call import LEGACY_VERSIONS, Call
 from mcp_gateway.jsonrpc import encode, error
 from mcp_gateway.keys import RETRY_AFTER_S, KeyLookupUnavailable
-from mcp_gateway.metrics import LATENCY, REQUESTS
+from mcp_gateway.metrics import latency_histogram, requests_counter
 from mcp_gateway.state import GatewayState
 
 log = structlog.get_logger(__name__)
 
 LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1"}
+_COUNTER_SPAN = 1 << 32
+
+
+class RequestIds:
+    """``req_`` + 16 hex digits: a random per-process prefix (8) and a counter (8).
+
+    Cheaper than ``secrets.token_hex`` per request. Ids are not secrets: they
+    only need to be unique across replicas for the call log and error reports.
+    A new prefix is drawn when the counter wraps and in a forked child.
+    """
+
+    def __init__(self) -> None:
+        self._prefix = ""
+        self._next = _COUNTER_SPAN  # draws a prefix on first use
+
+    def new(self) -> str:
+        if self._next >= _COUNTER_SPAN:
+            self._prefix = "req_" + secrets.token_hex(4)
+            self._next = 0
+        value = self._next
+        self._next = value + 1
+        return f"{self._prefix}{value:08x}"
+
+    def reset(self) -> None:
+        self._next = _COUNTER_SPAN
+
+
+_request_ids = RequestIds()
+os.register_at_fork(after_in_child=_request_ids.reset)
 
 
 def origin_allowed(origin: str, allowed: tuple[str, ...], *, loopback_ok: bool) -> bool:
@@ -41,7 +71,7 @@ def origin_allowed(origin: str, allowed: tuple[str, ...], *, loopback_ok: bool) 
 async def _plain_error(
     send: Send, status: int, message: str, headers: dict[str, str] | None = None
 ) -> None:
-    REQUESTS.labels("-", str(status)).inc()
+    requests_counter("-", status).inc()
     await respond(send, status, encode(error(None, _http_code(status), message)), headers=headers)
 
 
@@ -88,7 +118,7 @@ async def handle(
         return
 
     state.key_use.mark(key.id)  # written in batches off the hot path
-    call = Call(state, scope, receive, send, headers, agent, key, "req_" + secrets.token_hex(8))
+    call = Call(state, scope, receive, send, headers, agent, key, _request_ids.new())
     structlog.contextvars.bind_contextvars(request_id=call.request_id, agent=f"{workspace}/{slug}")
     try:
         version_header = (headers.get("mcp-protocol-version") or "").strip()
@@ -101,7 +131,7 @@ async def handle(
         else:
             await legacy.handle(call, method, version_header or None)
     finally:
-        LATENCY.labels(call.label).observe(time.perf_counter() - started)
+        latency_histogram(call.label).observe(time.perf_counter() - started)
         structlog.contextvars.unbind_contextvars("request_id", "agent")
 
 

@@ -11,6 +11,12 @@ unreachable, or the query does not answer within ``LOOKUP_TIMEOUT_S``),
 ``Retry-After``, never 401: the gateway cannot tell a key created during the
 outage from a wrong one, and a 401 tells a client to give up on its key. Keys
 in the snapshot keep working through an outage.
+
+Hot path: a token already resolved against the current snapshot is
+remembered (raw token → ``Key``, bounded) so that a repeat request skips the
+checksum and the HMAC. The memory belongs to one snapshot object: a swap
+clears it, so a key revoked by a publish stops working at the same swap as
+before, and expiry is still checked against the clock on every request.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ NEGATIVE_TTL_S = 2.0
 LOOKUP_TIMEOUT_S = 2.0
 RETRY_AFTER_S = 2
 _MAX_REMEMBERED = 10_000
+_MAX_RESOLVED = 10_000
 
 
 class KeyLookupUnavailable(Exception):
@@ -50,13 +57,24 @@ class KeyResolver:
         self._database_reachable = database_reachable
         self._fresh: dict[bytes, Key] = {}
         self._unknown: dict[bytes, float] = {}
+        # Raw token -> key, valid for ``_resolved_for`` only (see the module docstring).
+        self._resolved: dict[str, Key] = {}
+        self._resolved_for: Snapshot | None = None
 
     def snapshot_swapped(self, snapshot: Snapshot) -> None:
         """The new snapshot holds every key created before it: forget the overlay."""
         self._fresh.clear()
         self._unknown.clear()
+        self._resolved.clear()
+        self._resolved_for = None
 
     async def resolve(self, token: str, snapshot: Snapshot) -> Key | None:
+        if snapshot is not self._resolved_for:  # also covers a caller holding an older one
+            self._resolved.clear()
+            self._resolved_for = snapshot
+        key = self._resolved.get(token)
+        if key is not None:
+            return None if key.expired(time.time()) else key
         kind = parse_key(token)
         if kind not in (KeyKind.AGENT, KeyKind.APPROVAL):
             return None
@@ -65,6 +83,10 @@ class KeyResolver:
         for digest in candidates:
             key = snapshot.keys.get(digest) or self._fresh.get(digest)
             if key is not None:
+                # No await since the check above: this is still ``snapshot``'s memory.
+                if len(self._resolved) >= _MAX_RESOLVED:
+                    self._resolved.clear()
+                self._resolved[token] = key
                 return None if key.expired(now) else key
         primary = candidates[0]
         if self._unknown.get(primary, 0.0) > time.monotonic():

@@ -85,6 +85,18 @@ def _upstream_latency(agent: str, tool: str) -> Histogram:
     return UPSTREAM_LATENCY.labels(agent, tool)
 
 
+# Bounded too: ``method`` is one of call._LABELLED or "other", statuses are the
+# endpoint's own.
+@functools.cache
+def requests_counter(method: str, status: int) -> Counter:
+    return REQUESTS.labels(method, str(status))
+
+
+@functools.cache
+def latency_histogram(method: str) -> Histogram:
+    return LATENCY.labels(method)
+
+
 def observe_tool_call(agent: str, tool: str, outcome: str, upstream_s: float | None) -> None:
     _tool_calls(agent, tool, outcome).inc()
     if upstream_s is not None:

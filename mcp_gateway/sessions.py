@@ -7,6 +7,11 @@ signature an HMAC-SHA-256 (truncated to 128 bits) with a key derived from
 (``CRANK_MCP_SESSION_TTL_S``) or when a DELETE on any replica puts its hash on
 the termination list, which every replica learns by NOTIFY at once or by
 polling within one refresh interval.
+
+``verify`` remembers the claims of ids whose signature it has checked
+(bounded), so a session's later requests skip the HMAC and the decoding; the
+expiry is still compared with the clock on every call, and the termination
+list is the caller's to check on every request.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 PREFIX = "crs1"
 MAX_LENGTH = 256
+_MAX_VERIFIED = 10_000
 
 
 class MalformedSessionId(ValueError):
@@ -61,6 +67,7 @@ class SessionSigner:
             algorithm=hashes.SHA256(), length=32, salt=None, info=b"crank mcp sessions v1"
         ).derive(secret_key.encode())
         self.ttl_s = ttl_s
+        self._verified: dict[str, SessionClaims] = {}  # ids with a good signature
 
     def _sign(self, payload: str) -> str:
         return _b64(hmac.new(self._key, payload.encode(), hashlib.sha256).digest()[:16])
@@ -75,6 +82,21 @@ class SessionSigner:
 
         Raises MalformedSessionId when the value cannot be a session id.
         """
+        claims = self._verified.get(session_id)
+        if claims is None:
+            claims = self._check(session_id)
+            if claims is None:
+                return None
+            if len(self._verified) >= _MAX_VERIFIED:
+                self._verified.clear()
+            self._verified[session_id] = claims
+        current = time.time() if now is None else now
+        if current >= claims.issued_at + self.ttl_s:
+            return None
+        return claims
+
+    def _check(self, session_id: str) -> SessionClaims | None:
+        """The claims of a well-formed id with a good signature, expired or not."""
         if (
             not session_id
             or len(session_id) > MAX_LENGTH
@@ -88,13 +110,9 @@ class SessionSigner:
         if not hmac.compare_digest(self._sign(payload), signature):
             return None
         try:
-            claims = _decoder.decode(_unb64(payload))
+            return _decoder.decode(_unb64(payload))
         except (msgspec.DecodeError, binascii.Error, ValueError):
             return None
-        current = time.time() if now is None else now
-        if current >= claims.issued_at + self.ttl_s:
-            return None
-        return claims
 
     def expires_at(self, claims: SessionClaims) -> float:
         return float(claims.issued_at + self.ttl_s)

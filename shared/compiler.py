@@ -13,7 +13,9 @@ the input schema's validator (JSON Schema 2020-12 with format checking and a
 leaves the document), the JMESPath mappings, the URL template and the
 response selection.
 
-Argument validation: the input schema, plus ``_crank_confirmation_token``
+Argument validation: the input schema (a flat schema first through the
+quick accept of ``shared.schema_fast_path``; jsonschema judges and words
+everything it does not accept), plus ``_crank_confirmation_token``
 (a ``ct_...`` string) when the operation requires confirmation. Up to
 ``MAX_REPORTED_ERRORS`` failures are reported in one ``invalid_arguments``
 error, each as ``$.json.path: explanation`` so the model can correct itself.
@@ -41,6 +43,7 @@ from shared.request_builder import (
     RequestBuilder,
 )
 from shared.response_selector import Headers, ResponseSelector, Selected
+from shared.schema_fast_path import compile_fast_check
 from shared.spec import OperationSpec
 
 MAX_REPORTED_ERRORS = 5
@@ -109,6 +112,7 @@ class ArgumentValidator:
             format_checker=Draft202012Validator.FORMAT_CHECKER,
         )
         self._language: Language = language
+        self._fast_check = compile_fast_check(schema)
 
     def validate(self, arguments: Any) -> dict[str, Any]:
         """The arguments without the confirmation token, or ``invalid_arguments``."""
@@ -118,6 +122,8 @@ class ArgumentValidator:
             raise invalid_arguments(
                 [("$", "type", "arguments must be a JSON object")], language=self._language
             )
+        if self._fast_check is not None and self._fast_check(arguments):
+            return {k: v for k, v in arguments.items() if k != CONFIRMATION_ARGUMENT}
         try:
             errors = sorted(self._validator.iter_errors(arguments), key=_sort_key)
         except Unresolvable as exc:  # write-time checks refuse such refs; never fetched

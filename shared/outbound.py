@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import ipaddress
 import random
 import time
@@ -228,6 +229,9 @@ class UpstreamExecutor:
         self._session = aiohttp.ClientSession(
             connector=connector,
             trust_env=False,
+            # One session serves every agent and workspace: a cookie an upstream
+            # sets must never ride along on another caller's request.
+            cookie_jar=aiohttp.DummyCookieJar(),
             timeout=aiohttp.ClientTimeout(total=None),  # per attempt, in execute
             headers={"User-Agent": self.config.user_agent},
             auto_decompress=True,
@@ -347,6 +351,7 @@ def _check_scheme(url: URL) -> None:
         raise UpstreamBlocked(f"{host!r} is not a canonical IPv4 address")
 
 
+@functools.lru_cache(maxsize=1024)  # a pure function of the host text: no allow decision
 def _dotted_quad(host: str) -> bool:
     try:
         ipaddress.IPv4Address(host)  # refuses leading zeros, short and long forms

@@ -37,11 +37,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
-import jmespath
 import jmespath.parser
 import msgspec
 
 from shared.errors import Language, ToolError, invalid_arguments, mask, secret_missing
+from shared.jmes import compile_expression
 from shared.spec import OperationSpec
 
 CONFIRMATION_ARGUMENT = "_crank_confirmation_token"
@@ -131,9 +131,9 @@ class RequestBuilder:
         self._query = (
             None
             if request.query is None
-            else [(name, jmespath.compile(expr)) for name, expr in request.query.items()]
+            else [(name, compile_expression(expr)) for name, expr in request.query.items()]
         )
-        self._body = None if request.body is None else jmespath.compile(request.body)
+        self._body = None if request.body is None else compile_expression(request.body)
         self._static_headers = tuple((request.headers or {}).items())
         self._auth = request.auth
         idempotency = spec.execution_config.idempotency

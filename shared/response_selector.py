@@ -47,6 +47,7 @@ import msgspec
 
 from shared import outbound
 from shared.errors import ErrorCode, Language, ToolError, mask
+from shared.jmes import compile_expression
 
 MAX_RETRY_AFTER_S = 3600
 EXCERPT_CHARS = 200
@@ -202,7 +203,7 @@ class ResponseSelector:
     def __init__(
         self, *, select: str | None, max_items: int, max_bytes: int, language: Language = "en"
     ) -> None:
-        self._select = None if select is None else jmespath.compile(select)
+        self._select = None if select is None else compile_expression(select)
         self._max_items = max_items
         self._max_bytes = max_bytes
         self._language: Language = language

@@ -564,3 +564,23 @@ def test_a_same_origin_redirect_keeps_credentials_and_another_origin_drops_them(
     )
     assert same == headers
     assert other == (("Accept", "application/json"),)
+
+
+async def test_a_cookie_an_upstream_sets_is_never_sent_back(servers: list[TestServer]) -> None:
+    """One session serves every agent and workspace, so it must keep no cookies."""
+    seen: list[str | None] = []
+
+    async def sets_a_cookie(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Cookie"))
+        response = web.Response(text="ok")
+        response.set_cookie("session", "agent-a-secret")
+        return response
+
+    server = await serve(sets_a_cookie)
+    servers.append(server)
+    # A host name: aiohttp's default jar would keep this cookie (it skips IP hosts).
+    async with executor(server.port) as ex:
+        for _ in range(2):
+            answer = await ex.execute(get(f"http://localhost:{server.port}/"))
+            assert answer.status == 200
+    assert seen == [None, None]

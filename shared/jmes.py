@@ -1,0 +1,81 @@
+"""JMESPath, compiled once, with plain-dict fast paths for the common shapes.
+
+Most mappings and selections are a bare identifier (``base``), a dotted path
+of identifiers (``rates.EUR``) or a top-level multiselect hash of those
+(``{base: base, date: date}``). ``compile_expression`` turns those into
+dictionary look-ups; everything else is ``jmespath.compile``. The fast
+paths keep JMESPath's semantics for JSON values (dict, list, str, int, float,
+bool, None): a field of anything that is not an object is null, a missing
+key is null, a path stops at null, and a multiselect hash of null is null.
+``tests/shared/test_jmes.py`` checks them against jmespath itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, cast
+
+import jmespath
+
+__all__ = ["Expression", "compile_expression"]
+
+
+class Expression(Protocol):
+    def search(self, value: Any) -> Any: ...
+
+
+class _Path:
+    """``a`` or ``a.b.c``: identifiers only."""
+
+    __slots__ = ("_names",)
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self._names = names
+
+    def search(self, value: Any) -> Any:
+        for name in self._names:
+            if not isinstance(value, dict):
+                return None
+            value = value.get(name)
+        return value
+
+
+class _Hash:
+    """``{key: path, ...}`` at the top level."""
+
+    __slots__ = ("_pairs",)
+
+    def __init__(self, pairs: tuple[tuple[str, _Path], ...]) -> None:
+        self._pairs = pairs
+
+    def search(self, value: Any) -> Any:
+        if value is None:
+            return None
+        return {key: path.search(value) for key, path in self._pairs}
+
+
+def _path(node: dict[str, Any]) -> _Path | None:
+    if node.get("type") == "field":
+        return _Path((node["value"],))
+    if node.get("type") == "subexpression":
+        children = node["children"]
+        if all(child.get("type") == "field" for child in children):
+            return _Path(tuple(child["value"] for child in children))
+    return None
+
+
+def compile_expression(expression: str) -> Expression:
+    """Raises ``jmespath.exceptions.ParseError`` as ``jmespath.compile`` does."""
+    compiled = jmespath.compile(expression)
+    ast = cast(dict[str, Any], compiled.parsed)
+    path = _path(ast)
+    if path is not None:
+        return path
+    if ast.get("type") == "multi_select_dict":
+        pairs = []
+        for child in ast["children"]:
+            value = _path(child["children"][0])
+            if value is None:
+                return compiled
+            pairs.append((child["value"], value))
+        return _Hash(tuple(pairs))
+    return compiled
