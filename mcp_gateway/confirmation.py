@@ -35,7 +35,6 @@ after a rotation, tokens issued before it answer ``confirmation_invalid``.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import hmac
@@ -51,6 +50,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from shared.canonical import arguments_hash
+from shared.crypto import b64url_decode, b64url_encode
 from shared.errors import Language, ToolError, confirmation_required
 
 if TYPE_CHECKING:
@@ -94,14 +94,6 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(_Claims)
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 @dataclass(frozen=True, slots=True)
 class TokenUse:
     """A verified token: what marks it used, and until when that mark matters."""
@@ -142,7 +134,7 @@ class ConfirmationSigner:
                 os.urandom(_NONCE_BYTES),
             )
         )
-        return PREFIX + _b64(claims + self._mac(claims, digest))
+        return PREFIX + b64url_encode(claims + self._mac(claims, digest))
 
     def verify(
         self,
@@ -160,7 +152,7 @@ class ConfirmationSigner:
         if not token.startswith(PREFIX) or len(token) > MAX_TOKEN_LENGTH:
             raise InvalidToken("malformed")
         try:
-            raw = _unb64(token[len(PREFIX) :])
+            raw = b64url_decode(token[len(PREFIX) :])
             claims = _decoder.decode(raw[:-_MAC_BYTES]) if len(raw) > _MAC_BYTES else None
         except (binascii.Error, ValueError, msgspec.DecodeError):
             claims = None

@@ -55,7 +55,7 @@ import psycopg
 import structlog
 from psycopg.types.json import Jsonb
 
-from mcp_gateway.jsonrpc import encode
+from mcp_gateway.tools import tool_result
 from shared.canonical import arguments_hash
 from shared.errors import ErrorCode, ToolError
 from shared.outbound import (
@@ -133,17 +133,6 @@ _RELEASE = "DELETE FROM idempotency_records" + _FENCE
 def lock_seconds(tool: Tool) -> float:
     execution = tool.spec.execution_config
     return execution.timeout_ms / 1000 * (execution.retries + 1) + LOCK_MARGIN_S
-
-
-def _tool_result(structured: Any, meta: dict[str, Any] | None) -> dict[str, Any]:
-    value: dict[str, Any] = {
-        "content": [{"type": "text", "text": encode(structured).decode()}],
-        "structuredContent": structured,
-        "isError": False,
-    }
-    if meta:
-        value["_meta"] = meta
-    return value
 
 
 def _answered(exc: OutboundError) -> bool:
@@ -227,7 +216,9 @@ def _answer_existing(
                 details={"replayed": True},
             )
         meta = {**(stored.get("meta") or {}), REPLAYED_META: True}
-        return _tool_result(structured_content(stored["value"], wrap_arrays=wrap_arrays), meta)
+        return tool_result(
+            structured_content(stored["value"], wrap_arrays=wrap_arrays), is_error=False, meta=meta
+        )
     remaining = math.ceil(row.get("locked_for_s") or 1)
     if row["status"] == "in_progress":
         remaining = min(remaining, IN_FLIGHT_RETRY_S)
@@ -279,7 +270,9 @@ async def run(
     # Anything else (a bug, a cancelled call) leaves the row in_progress until its lock expires.
     value, meta = result["structuredContent"], result.get("_meta")
     await record.finish(_COMPLETE, result=Jsonb({"value": value, "meta": meta}))
-    return _tool_result(structured_content(value, wrap_arrays=wrap_arrays), meta)
+    return tool_result(
+        structured_content(value, wrap_arrays=wrap_arrays), is_error=False, meta=meta
+    )
 
 
 def _stored_error(exc: ToolError) -> dict[str, Any]:

@@ -16,7 +16,6 @@ list is the caller's to check on every request.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import hmac
@@ -26,6 +25,8 @@ import time
 import msgspec
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from shared.crypto import b64url_decode, b64url_encode
 
 PREFIX = "crs1"
 MAX_LENGTH = 256
@@ -48,14 +49,6 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(SessionClaims)
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 def session_hash(session_id: str) -> bytes:
     """What the termination list stores: never the id itself."""
     return hashlib.sha256(session_id.encode()).digest()
@@ -70,11 +63,11 @@ class SessionSigner:
         self._verified: dict[str, SessionClaims] = {}  # ids with a good signature
 
     def _sign(self, payload: str) -> str:
-        return _b64(hmac.new(self._key, payload.encode(), hashlib.sha256).digest()[:16])
+        return b64url_encode(hmac.new(self._key, payload.encode(), hashlib.sha256).digest()[:16])
 
     def issue(self, key_id: int, agent_id: int, protocol_version: str) -> str:
         claims = SessionClaims(key_id, agent_id, protocol_version, int(time.time()), os.urandom(12))
-        payload = _b64(_encoder.encode(claims))
+        payload = b64url_encode(_encoder.encode(claims))
         return f"{PREFIX}.{payload}.{self._sign(payload)}"
 
     def verify(self, session_id: str, now: float | None = None) -> SessionClaims | None:
@@ -110,7 +103,7 @@ class SessionSigner:
         if not hmac.compare_digest(self._sign(payload), signature):
             return None
         try:
-            return _decoder.decode(_unb64(payload))
+            return _decoder.decode(b64url_decode(payload))
         except (msgspec.DecodeError, binascii.Error, ValueError):
             return None
 

@@ -33,6 +33,7 @@ from mcp_gateway.call_log import CallRecord
 from mcp_gateway.jsonrpc import INVALID_PARAMS, Message, encode, error, result
 from mcp_gateway.metrics import agent_label, observe_tool_call
 from mcp_gateway.snapshot import Tool
+from mcp_gateway.tools import tool_result
 from shared.compiler import confirmation_token
 from shared.errors import ErrorCode, ToolError
 from shared.outbound import OutboundError
@@ -53,17 +54,6 @@ class _Upstream:
     elapsed_ms: float | None = None  # None: the upstream was not called
 
 
-def _tool_result(structured: Any, *, is_error: bool, meta: dict[str, Any] | None) -> dict[str, Any]:
-    value: dict[str, Any] = {
-        "content": [{"type": "text", "text": encode(structured).decode()}],
-        "structuredContent": structured,
-        "isError": is_error,
-    }
-    if meta:
-        value["_meta"] = meta
-    return value
-
-
 async def _execute(
     call: Call, tool: Tool, arguments: Any, upstream: _Upstream, *, wrap_arrays: bool
 ) -> dict[str, Any]:
@@ -73,7 +63,7 @@ async def _execute(
         await confirmation.check(call, tool, cleaned, confirmation_token(arguments))
     built = compiled.build(cleaned, call.agent.secrets)
     if tool.spec.safety.approval:
-        return _tool_result(
+        return tool_result(
             await approvals.request_approval(call, tool, cleaned, built), is_error=False, meta=None
         )
     idempotency = tool.spec.execution_config.idempotency
@@ -117,7 +107,7 @@ async def _send(
     )
     meta = {TRUNCATED_META: True} if selected.truncated else None
     content = structured_content(selected.value, wrap_arrays=wrap_arrays)
-    return _tool_result(content, is_error=False, meta=meta)
+    return tool_result(content, is_error=False, meta=meta)
 
 
 async def tools_call(call: Call, message: Message, *, modern: bool) -> bytes:
@@ -143,18 +133,18 @@ async def tools_call(call: Call, message: Message, *, modern: bool) -> bytes:
         outcome = exc.error_code
         replayed = isinstance(exc, idempotency_memory.ReplayedError)
         meta = {idempotency_memory.REPLAYED_META: True} if replayed else None
-        value = _tool_result(exc.to_structured(), is_error=True, meta=meta)
+        value = tool_result(exc.to_structured(), is_error=True, meta=meta)
     except OutboundError as exc:
         code = cast(ErrorCode, exc.code)
         outcome = code
         failure = ToolError.of(code, language=language, request_id=call.request_id)
         log.info("tool_call_failed", tool=tool.name, error_code=exc.code, attempts=exc.attempts)
-        value = _tool_result(failure.to_structured(), is_error=True, meta=None)
+        value = tool_result(failure.to_structured(), is_error=True, meta=None)
     except Exception:
         log.exception("tool_call_crashed", tool=tool.name)
         outcome = "internal_error"
         failure = ToolError.of("internal_error", language=language, request_id=call.request_id)
-        value = _tool_result(failure.to_structured(), is_error=True, meta=None)
+        value = tool_result(failure.to_structured(), is_error=True, meta=None)
     _account(call, tool, outcome, upstream, called_at, (time.perf_counter() - started) * 1000)
     if modern:
         value["resultType"] = "complete"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcp_gateway.jsonrpc import encode
 from shared.request_builder import CONFIRMATION_ARGUMENT, CONFIRMATION_TOKEN_PATTERN
 from shared.spec import OperationSpec
 
@@ -82,3 +83,15 @@ def tool_definition(spec: OperationSpec, *, wrap_arrays: bool = True) -> dict[st
         tool["outputSchema"] = schema
     tool["annotations"] = tool_annotations(spec)
     return tool
+
+
+def tool_result(structured: Any, *, is_error: bool, meta: dict[str, Any] | None) -> dict[str, Any]:
+    """A tools/call result: ``structuredContent`` plus its text copy, markers in ``_meta``."""
+    value: dict[str, Any] = {
+        "content": [{"type": "text", "text": encode(structured).decode()}],
+        "structuredContent": structured,
+        "isError": is_error,
+    }
+    if meta:
+        value["_meta"] = meta
+    return value

@@ -8,6 +8,7 @@ keys readable during a rotation.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import os
@@ -19,6 +20,16 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 _MIN_SECRET_LENGTH = 32
+
+
+def b64url_encode(data: bytes) -> str:
+    """URL-safe base64 without padding: signed ids, tokens and cursors."""
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def b64url_decode(text: str) -> bytes:
+    """The inverse of b64url_encode; raises ValueError (binascii.Error) on bad input."""
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
 class CryptoError(Exception):

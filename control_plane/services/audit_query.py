@@ -7,7 +7,6 @@ new entries arrive: they have larger ids and never shift a later page.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import re
 from datetime import datetime
@@ -16,6 +15,7 @@ from typing import Any
 import msgspec
 
 from control_plane.errors import ValidationFailed
+from shared.crypto import b64url_decode, b64url_encode
 from shared.db import Connection
 from shared.spec_validation import FieldError
 
@@ -42,12 +42,12 @@ class AuditPage(msgspec.Struct, kw_only=True):
 
 
 def encode_cursor(last_id: int) -> str:
-    return base64.urlsafe_b64encode(f"{_CURSOR_PREFIX}{last_id}".encode()).decode().rstrip("=")
+    return b64url_encode(f"{_CURSOR_PREFIX}{last_id}".encode())
 
 
 def decode_cursor(cursor: str) -> int:
     try:
-        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        text = b64url_decode(cursor).decode()
     except (binascii.Error, UnicodeDecodeError):
         text = ""
     number = text.removeprefix(_CURSOR_PREFIX)

@@ -15,7 +15,6 @@ decision, or a repeat tools/call of the same arguments.
 
 from __future__ import annotations
 
-import base64
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,6 +24,7 @@ import msgspec
 from psycopg.types.json import Jsonb
 
 from mcp_gateway.approvals.leases import CHANNEL
+from shared.crypto import b64url_decode, b64url_encode
 from shared.db import Connection
 
 Status = Literal["pending", "approved", "denied", "expired", "executing", "completed", "failed"]
@@ -182,12 +182,12 @@ _encoder = msgspec.json.Encoder()
 
 def encode_cursor(record: ApprovalRecord) -> str:
     raw = _encoder.encode((record.created_at, record.id))
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return b64url_encode(raw)
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, str]:
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        raw = b64url_decode(cursor)
         return _cursor_decoder.decode(raw)
     except (ValueError, msgspec.DecodeError) as exc:
         raise BadCursor("cursor is not one this endpoint returned") from exc
