@@ -46,6 +46,7 @@ from mcp_gateway.confirmation import ConfirmationSigner
 from mcp_gateway.jsonrpc import encode
 from mcp_gateway.keys import KeyResolver
 from mcp_gateway.metrics import SNAPSHOT_VERSION, start_metrics_server
+from mcp_gateway.protocol_error import ProtocolError
 from mcp_gateway.rate_limits import RateLimiter
 from mcp_gateway.refresher import Refresher, resilient_conninfo
 from mcp_gateway.replicas import Replicas
@@ -100,7 +101,7 @@ class GatewayApp:
         elif path == "/readyz":
             await self._readyz(state, send)
         else:
-            await respond(send, 404, encode({"code": "not_found", "message": "no such path"}))
+            await respond(send, 404, ProtocolError(404, "no such path").problem_body())
 
     async def _readyz(self, state: GatewayState, send: Send) -> None:
         refresher = state.refresher

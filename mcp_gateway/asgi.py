@@ -1,8 +1,8 @@
 """Bare ASGI plumbing for the lean MCP handler: headers, bodies, answers.
 
 The MCP endpoint is the gateway's hot path, so it runs without a framework
-(DESIGN: a lean ASGI handler under granian); these helpers keep that code
-readable.
+(a lean ASGI handler under granian; docs/architecture.md, "Two processes");
+these helpers keep that code readable.
 """
 
 from __future__ import annotations

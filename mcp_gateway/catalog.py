@@ -3,7 +3,7 @@
 Pages are serialized once per snapshot; an answer splices the page's bytes
 into the JSON-RPC envelope instead of encoding the tools again.
 
-Paging (DESIGN "Tools/list paging"): ``CRANK_MCP_TOOLS_PAGE_SIZE`` tools per
+Paging (docs/architecture.md, "Tools/list paging"): ``CRANK_MCP_TOOLS_PAGE_SIZE`` tools per
 page, in the order the agent binds them; every page but the last carries
 ``nextCursor``. A cursor names the page and the agent's list fingerprint, so
 it works on every replica that serves the same list, and a cursor issued

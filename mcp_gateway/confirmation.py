@@ -54,7 +54,7 @@ from shared.crypto import b64url_decode, b64url_encode
 from shared.errors import Language, ToolError, confirmation_required
 
 if TYPE_CHECKING:
-    from mcp_gateway.call import Call
+    from mcp_gateway.exchange import Exchange
     from mcp_gateway.snapshot import Tool
 
 log = structlog.get_logger(__name__)
@@ -185,7 +185,7 @@ def _invalid(reason: Reason, language: Language) -> ToolError:
     return ToolError.of("confirmation_invalid", language=language, details={"reason": reason})
 
 
-async def check(call: Call, tool: Tool, arguments: dict[str, Any], token: str | None) -> None:
+async def check(call: Exchange, tool: Tool, arguments: dict[str, Any], token: str | None) -> None:
     """Return when ``token`` is a valid, unused token for exactly this call, after
     marking it used; raise ToolError ``confirmation_required`` (with a fresh
     token) when there is none, ``confirmation_invalid`` when it does not fit.

@@ -68,7 +68,7 @@ from shared.outbound import (
 from shared.response_selector import structured_content
 
 if TYPE_CHECKING:
-    from mcp_gateway.call import Call
+    from mcp_gateway.exchange import Exchange
     from mcp_gateway.snapshot import Tool
 
 log = structlog.get_logger(__name__)
@@ -155,7 +155,7 @@ def _never_sent(exc: OutboundError) -> bool:
 class _Record:
     """The statements of one call's record."""
 
-    def __init__(self, call: Call, tool: Tool, key: str, digest: bytes) -> None:
+    def __init__(self, call: Exchange, tool: Tool, key: str, digest: bytes) -> None:
         self.call = call
         self.tool = tool.name
         self.params: dict[str, Any] = {
@@ -198,7 +198,7 @@ class _Record:
 
 
 def _answer_existing(
-    call: Call, tool: Tool, row: dict[str, Any], digest: bytes, *, wrap_arrays: bool
+    call: Exchange, tool: Tool, row: dict[str, Any], digest: bytes, *, wrap_arrays: bool
 ) -> dict[str, Any]:
     """The replay of a completed record, or the error for a conflict or a locked key."""
     language = call.state.settings.language
@@ -228,7 +228,7 @@ def _answer_existing(
 
 
 async def run(
-    call: Call,
+    call: Exchange,
     tool: Tool,
     arguments: dict[str, Any],
     key: str,

@@ -19,7 +19,8 @@ INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 HEADER_MISMATCH = -32020  # 2026-07-28: Mcp-Method / Mcp-Name disagree with the body
 UNSUPPORTED_VERSION = -32022  # 2026-07-28: protocol version not supported
-RATE_LIMITED_CODE = -32029  # Crank's own, with HTTP 429 (DESIGN "Status precedence")
+REFUSED = -32001  # Crank's own: refused before any JSON-RPC (Origin, key, agent)
+RATE_LIMITED_CODE = -32029  # Crank's own, with HTTP 429 (docs/architecture.md, "Status precedence")
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()

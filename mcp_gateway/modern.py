@@ -15,30 +15,24 @@ import base64
 import binascii
 from typing import Any
 
-import msgspec
-
-from mcp_gateway.asgi import BodyTooLarge, read_body
-from mcp_gateway.call import LEGACY_VERSIONS, MODERN_VERSIONS, Call, accepts, json_content
 from mcp_gateway.catalog import BadCursor, server_info, tools_list_response
+from mcp_gateway.exchange import Exchange
 from mcp_gateway.jsonrpc import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
-    INVALID_REQUEST,
     METHOD_NOT_FOUND,
-    PARSE_ERROR,
     UNSUPPORTED_VERSION,
-    InvalidMessage,
     Message,
-    decode,
     encode,
-    error,
-    parse_message,
     result,
 )
 from mcp_gateway.metrics import REQUESTS
+from mcp_gateway.protocol_error import ProtocolError
 from mcp_gateway.rate_limits import MethodClass
+from mcp_gateway.request_checks import read_request, require_event_stream
 from mcp_gateway.streams import LIST_CHANGED, serve_stream
 from mcp_gateway.tool_call import tools_call
+from mcp_gateway.versions import LEGACY_VERSIONS, MODERN_VERSIONS
 
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
@@ -47,58 +41,26 @@ META_SUBSCRIPTION = "io.modelcontextprotocol/subscriptionId"
 SUPPORTED_VERSIONS = [*MODERN_VERSIONS, *reversed(LEGACY_VERSIONS)]
 # Methods with the body field that Mcp-Name must repeat.
 _NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+_ALLOW = {"Allow": "POST"}
 
 
-class Refusal(Exception):
-    def __init__(self, status: int, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.data = status, code, message, data
-
-
-async def handle(call: Call, method: str, version_header: str) -> None:
+async def handle(exchange: Exchange, method: str, version_header: str) -> None:
     if method != "POST":
         # No sessions and no standalone stream in 2026-07-28: subscriptions/listen replaces GET.
-        await call.answer(405, headers={"Allow": "POST"})
-        return
-    request_id: Any = None
+        raise ProtocolError(405, "method not allowed", code=None, headers=_ALLOW)
+    message = await read_request(exchange, batches=False)
+    exchange.rpc_method = message.method or "response"
     try:
-        message = await _read(call)
-        request_id = message.id
-        call.rpc_method = message.method or "response"
         kind: MethodClass = "tools_call" if message.method == "tools/call" else "other"
-        if not await call.admit(kind, message.id):
-            return
+        exchange.admit(kind, message.id)
         if not message.is_request:
-            await call.answer(202)
+            await exchange.answer(202)
             return
-        _check_envelope(call, message, version_header)
-        await _dispatch(call, message)
-    except Refusal as refusal:
-        body = encode(error(request_id, refusal.code, refusal.message, refusal.data))
-        await call.answer(refusal.status, body)
-
-
-async def _read(call: Call) -> Message:
-    if not json_content(call.headers):
-        raise Refusal(400, INVALID_REQUEST, "Content-Type must be application/json")
-    if accepts(call.headers) is None:
-        raise Refusal(
-            400, INVALID_REQUEST, "Accept must allow application/json or text/event-stream"
-        )
-    try:
-        body = await read_body(call.receive, call.state.settings.max_body_bytes)
-    except BodyTooLarge:
-        raise Refusal(413, INVALID_REQUEST, "request body too large") from None
-    try:
-        value = decode(body)
-    except msgspec.DecodeError as exc:
-        raise Refusal(400, PARSE_ERROR, f"Parse error: {exc}") from None
-    if isinstance(value, list):
-        raise Refusal(400, INVALID_REQUEST, "JSON-RPC batches are not part of protocol 2026-07-28")
-    try:
-        return parse_message(value)
-    except InvalidMessage as exc:
-        raise Refusal(400, INVALID_REQUEST, str(exc)) from None
+        _check_envelope(exchange, message, version_header)
+        await _dispatch(exchange, message)
+    except ProtocolError as problem:
+        problem.rpc_id = message.id  # every refusal after the read answers the request's id
+        raise
 
 
 def _header_value(raw: str) -> str:
@@ -108,93 +70,97 @@ def _header_value(raw: str) -> str:
         try:
             return base64.b64decode(value[9:-2], validate=True).decode()
         except (binascii.Error, UnicodeDecodeError):
-            raise Refusal(400, HEADER_MISMATCH, "Mcp-Name is not valid base64") from None
+            raise ProtocolError(400, "Mcp-Name is not valid base64", code=HEADER_MISMATCH) from None
     return value
 
 
-def _check_envelope(call: Call, message: Message, version_header: str) -> None:
+def _check_envelope(exchange: Exchange, message: Message, version_header: str) -> None:
     meta = message.params.get("_meta")
     if not isinstance(meta, dict) or META_VERSION not in meta or META_CAPABILITIES not in meta:
-        raise Refusal(
+        raise ProtocolError(
             400,
-            INVALID_PARAMS,
             f"params._meta must carry {META_VERSION!r} and {META_CAPABILITIES!r}",
+            code=INVALID_PARAMS,
         )
     if meta[META_VERSION] != version_header:
-        raise Refusal(
+        raise ProtocolError(
             400,
-            HEADER_MISMATCH,
             f"MCP-Protocol-Version {version_header!r} differs from _meta {meta[META_VERSION]!r}",
+            code=HEADER_MISMATCH,
         )
-    method_header = call.headers.get("mcp-method")
+    method_header = exchange.headers.get("mcp-method")
     if method_header is None or method_header.strip() != message.method:
-        raise Refusal(400, HEADER_MISMATCH, f"Mcp-Method header must be {message.method!r}")
+        raise ProtocolError(
+            400, f"Mcp-Method header must be {message.method!r}", code=HEADER_MISMATCH
+        )
     field = _NAMED.get(message.method or "")
     if field is not None:
-        name_header = call.headers.get("mcp-name")
+        name_header = exchange.headers.get("mcp-name")
         if name_header is None or _header_value(name_header) != message.params.get(field):
-            raise Refusal(400, HEADER_MISMATCH, f"Mcp-Name header must equal params.{field}")
+            raise ProtocolError(
+                400, f"Mcp-Name header must equal params.{field}", code=HEADER_MISMATCH
+            )
     if version_header not in MODERN_VERSIONS:
-        raise Refusal(
+        raise ProtocolError(
             400,
-            UNSUPPORTED_VERSION,
             "Unsupported protocol version",
-            {"supported": SUPPORTED_VERSIONS, "requested": version_header},
+            code=UNSUPPORTED_VERSION,
+            data={"supported": SUPPORTED_VERSIONS, "requested": version_header},
         )
 
 
-def _complete(call: Call, value: dict[str, Any], *, cacheable: bool = False) -> dict[str, Any]:
+def _complete(
+    exchange: Exchange, value: dict[str, Any], *, cacheable: bool = False
+) -> dict[str, Any]:
     value["resultType"] = "complete"
     if cacheable:
-        value["ttlMs"] = call.state.settings.mcp_refresh_ms
+        value["ttlMs"] = exchange.state.settings.mcp_refresh_ms
         value["cacheScope"] = "private"
-    value["_meta"] = {META_SERVER_INFO: server_info(call.agent)}
+    value["_meta"] = {META_SERVER_INFO: server_info(exchange.agent)}
     return value
 
 
-def _discover(call: Call) -> dict[str, Any]:
+def _discover(exchange: Exchange) -> dict[str, Any]:
     value: dict[str, Any] = {
         "supportedVersions": SUPPORTED_VERSIONS,
         "capabilities": {"tools": {"listChanged": True}, "prompts": {}, "resources": {}},
     }
-    if call.agent.description:
-        value["instructions"] = call.agent.description
-    return _complete(call, value, cacheable=True)
+    if exchange.agent.description:
+        value["instructions"] = exchange.agent.description
+    return _complete(exchange, value, cacheable=True)
 
 
-async def _dispatch(call: Call, message: Message) -> None:
+async def _dispatch(exchange: Exchange, message: Message) -> None:
     method = message.method
     if method == "subscriptions/listen":
-        await _listen(call, message)
+        await _listen(exchange, message)
         return
     if method == "server/discover":
-        body = encode(result(message.id, _discover(call)))
+        body = encode(result(message.id, _discover(exchange)))
     elif method == "tools/list":
-        extra = _complete(call, {}, cacheable=True)
+        extra = _complete(exchange, {}, cacheable=True)
         try:
             body = tools_list_response(
-                message.id, call.agent, message.params.get("cursor"), extra, modern=True
+                message.id, exchange.agent, message.params.get("cursor"), extra, modern=True
             )
         except BadCursor as exc:
-            raise Refusal(400, INVALID_PARAMS, str(exc)) from None
+            raise ProtocolError(400, str(exc), code=INVALID_PARAMS) from None
     elif method == "tools/call":
-        # An unknown tool is -32602 in HTTP 200, as in the legacy era (DESIGN "Status precedence").
-        body = await tools_call(call, message, modern=True)
+        # An unknown tool is -32602 in HTTP 200, as in the legacy era (docs/architecture.md, "Status precedence").
+        body = await tools_call(exchange, message, modern=True)
     elif method in ("prompts/list", "resources/list", "resources/templates/list"):
         field = {"prompts/list": "prompts", "resources/list": "resources"}.get(
             method, "resourceTemplates"
         )
-        body = encode(result(message.id, _complete(call, {field: []}, cacheable=True)))
+        body = encode(result(message.id, _complete(exchange, {field: []}, cacheable=True)))
     else:
-        raise Refusal(404, METHOD_NOT_FOUND, f"Method not found: {method}")
-    await call.reply(body)
+        raise ProtocolError(404, f"Method not found: {method}", code=METHOD_NOT_FOUND)
+    await exchange.reply(body)
 
 
-async def _listen(call: Call, message: Message) -> None:
+async def _listen(exchange: Exchange, message: Message) -> None:
     """subscriptions/listen: an SSE stream, acknowledged first, then list_changed events."""
-    accepted = accepts(call.headers)
-    if accepted is None or not accepted[1]:
-        raise Refusal(400, INVALID_REQUEST, "subscriptions/listen needs Accept: text/event-stream")
+    require_event_stream(exchange.headers, "subscriptions/listen")
     requested = message.params.get("notifications")
     wants_tools = isinstance(requested, dict) and requested.get("toolsListChanged") is True
     subscription = {META_SUBSCRIPTION: message.id}
@@ -209,10 +175,10 @@ async def _listen(call: Call, message: Message) -> None:
     changed = encode({"jsonrpc": "2.0", "method": LIST_CHANGED, "params": {"_meta": subscription}})
     REQUESTS.labels("subscriptions/listen", "200").inc()
     await serve_stream(
-        call.state.streams,
-        call.agent.id,
-        call.receive,
-        call.send,
+        exchange.state.streams,
+        exchange.agent.id,
+        exchange.receive,
+        exchange.send,
         first=ack,
         render=lambda event: changed if wants_tools and event == LIST_CHANGED else None,
         ended=lambda: False,

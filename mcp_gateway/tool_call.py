@@ -28,8 +28,8 @@ import structlog
 
 from mcp_gateway import approvals, confirmation
 from mcp_gateway import idempotency as idempotency_memory
-from mcp_gateway.call import Call
 from mcp_gateway.call_log import CallRecord
+from mcp_gateway.exchange import Exchange
 from mcp_gateway.jsonrpc import INVALID_PARAMS, Message, encode, error, result
 from mcp_gateway.metrics import agent_label, observe_tool_call
 from mcp_gateway.snapshot import Tool
@@ -55,7 +55,7 @@ class _Upstream:
 
 
 async def _execute(
-    call: Call, tool: Tool, arguments: Any, upstream: _Upstream, *, wrap_arrays: bool
+    call: Exchange, tool: Tool, arguments: Any, upstream: _Upstream, *, wrap_arrays: bool
 ) -> dict[str, Any]:
     compiled = tool.compiled
     cleaned = compiled.validate(arguments)
@@ -81,7 +81,7 @@ async def _execute(
 
 
 async def _send(
-    call: Call, tool: Tool, built: BuiltRequest, upstream: _Upstream, *, wrap_arrays: bool
+    call: Exchange, tool: Tool, built: BuiltRequest, upstream: _Upstream, *, wrap_arrays: bool
 ) -> dict[str, Any]:
     compiled = tool.compiled
     started = time.perf_counter()
@@ -110,7 +110,7 @@ async def _send(
     return tool_result(content, is_error=False, meta=meta)
 
 
-async def tools_call(call: Call, message: Message, *, modern: bool) -> bytes:
+async def tools_call(call: Exchange, message: Message, *, modern: bool) -> bytes:
     """The JSON-RPC response to one tools/call."""
     name = message.params.get("name")
     tool = call.agent.by_name.get(name) if isinstance(name, str) else None
@@ -152,7 +152,7 @@ async def tools_call(call: Call, message: Message, *, modern: bool) -> bytes:
 
 
 def _account(
-    call: Call,
+    call: Exchange,
     tool: Tool,
     outcome: str,
     upstream: _Upstream,

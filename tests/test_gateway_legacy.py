@@ -1,5 +1,5 @@
 """The legacy era (2025-03-26, 2025-06-18, 2025-11-25) over real HTTP, one
-gateway process per test, and the status table of DESIGN "Status precedence"."""
+gateway process per test, and the status table of docs/architecture.md, "Status precedence"."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ async def test_status_table_for_initialize(setup: Any, case: str, status: int) -
 
 
 async def test_valid_key_of_unpublished_agent_is_404_not_403(setup: Any, database_url: str) -> None:
-    """DESIGN: the gateway knows keys of unpublished agents, and says "not published"."""
+    """The gateway knows keys of unpublished agents, and says "not published"."""
     catalog, _, http = setup
     import psycopg
 

@@ -19,7 +19,7 @@ from mcp_gateway.approvals import store
 from shared.canonical import arguments_hash
 
 if TYPE_CHECKING:
-    from mcp_gateway.call import Call
+    from mcp_gateway.exchange import Exchange
     from mcp_gateway.snapshot import Tool
     from shared.request_builder import BuiltRequest
 
@@ -49,7 +49,7 @@ def approval_required(prefix: str, workspace: str, agent: str, approval_id: str)
 
 
 async def request_approval(
-    call: Call, tool: Tool, arguments: dict[str, Any], built: BuiltRequest
+    call: Exchange, tool: Tool, arguments: dict[str, Any], built: BuiltRequest
 ) -> dict[str, Any]:
     """The seed's approval_required structure for a new or the existing active approval."""
     settings = call.state.settings
