@@ -1,14 +1,15 @@
 """The call log: one row per tools/call, written in batches off the hot path.
 
 ``CallLogWriter.record`` appends a row to an in-memory buffer (O(1), no I/O);
-a background task writes the buffer every ``CRANK_CALL_LOG_FLUSH_MS`` with one
-binary ``COPY`` (measured on 1,000-row batches: about 6 µs a row against 20 µs
-for ``executemany``). A crash loses at most the rows since the last flush
-(DESIGN "Retention").
+a background loop (shared.periodic) writes the buffer every
+``CRANK_CALL_LOG_FLUSH_MS`` with one binary ``COPY`` (measured on 1,000-row
+batches: about 6 µs a row against 20 µs for ``executemany``). A crash loses
+at most the rows since the last flush (docs/architecture.md, "Retention").
 
-While the database is away the rows stay buffered and every interval tries
-again. The buffer is bounded: when it is full the oldest rows are dropped,
-counted in ``crank_call_log_dropped_total`` and logged as a warning; a tool
+While the database is away the rows stay buffered and the loop tries again,
+less often after each failure (up to eight intervals apart). The buffer is
+bounded: when it is full the oldest rows are dropped, counted in
+``crank_call_log_dropped_total`` and logged as a warning; a tool
 call never waits for, or fails because of, the log. A batch the server refuses
 as data (``psycopg.DataError``, a bug) is dropped and counted rather than
 retried forever. ``stop`` writes what is left.
@@ -21,8 +22,6 @@ is the better failure for a log than a lost batch.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import itertools
 from collections import deque
 from datetime import datetime
@@ -34,6 +33,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from mcp_gateway.metrics import CALL_LOG_DROPPED
 from shared.db import Connection, within
+from shared.periodic import PeriodicTask
 
 log = structlog.get_logger(__name__)
 
@@ -89,13 +89,12 @@ class CallLogWriter:
         flush_timeout_s: float = FLUSH_TIMEOUT_S,
     ) -> None:
         self._pool = pool
-        self._interval_s = interval_s
         self._max = max_buffered
         self._flush_timeout_s = flush_timeout_s
         self._buffer: deque[CallRecord] = deque(maxlen=max_buffered)
         self._dropped_unreported = 0
-        self._stopping = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        # Retries after a failed flush back off from one interval to eight.
+        self._flusher = PeriodicTask("call_log_flush", self._flush_in_loop, interval_s=interval_s)
 
     @property
     def buffered(self) -> int:
@@ -153,35 +152,25 @@ class CallLogWriter:
             log.warning("call_log_rows_dropped", count=self._dropped_unreported, limit=self._max)
             self._dropped_unreported = 0
 
-    async def _flush_once(self) -> None:
+    async def _flush_in_loop(self) -> None:
+        """The background loop's run: what ``flush`` raises, the loop logs and
+        counts, except a refused batch, which is already dropped and counted."""
         try:
             await self.flush()
         except psycopg.DataError:
             log.exception("call_log_batch_refused")
-        except (psycopg.Error, OSError, TimeoutError) as exc:
-            log.warning(
-                "call_log_flush_failed", error=type(exc).__name__, buffered=len(self._buffer)
-            )
-        except Exception:  # the top of a worker loop: keep the loop alive
-            log.exception("call_log_flush_crashed")
-        self._report_drops()
+        finally:
+            self._report_drops()
 
     def start(self) -> None:
-        async def loop() -> None:
-            while not self._stopping.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), self._interval_s)
-                await self._flush_once()
-
-        self._task = asyncio.create_task(loop())
+        self._flusher.start()
 
     async def stop(self) -> None:
         """Finish the flush in progress (never cancelled mid-COPY: a cancelled
         COPY that did commit would be written twice), then write what is left."""
-        self._stopping.set()
-        if self._task is not None:
-            await self._task
-        if self._buffer:  # recorded during the loop's last flush, or never started
-            await self._flush_once()
+        try:
+            await self._flusher.stop(wait_s=None, final_run=True)
+        except Exception:  # the loop's final run: the rows it left are reported below
+            log.exception("call_log_final_flush_failed")
         if self._buffer:
             log.warning("call_log_rows_lost_on_stop", count=len(self._buffer))

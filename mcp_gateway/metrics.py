@@ -1,5 +1,6 @@
 """Prometheus metrics, served on their own port (``CRANK_METRICS_PORT``), never
-beside the public endpoint."""
+beside the public endpoint. The registry is the process's one (shared.metrics),
+so what shared code counts, such as background loop failures, is served too."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import functools
 from collections.abc import Callable
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-REGISTRY = CollectorRegistry()
+from shared.metrics import REGISTRY as REGISTRY
 
 REQUESTS = Counter(
     "crank_mcp_requests_total",

@@ -33,6 +33,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from mcp_gateway.snapshot import Snapshot, SnapshotOptions, load_snapshot
 from shared.db import Connection, connect, within
+from shared.metrics import BACKGROUND_FAILURES
+from shared.periodic import PeriodicTask
 
 log = structlog.get_logger(__name__)
 
@@ -44,6 +46,7 @@ _LOAD_TIMEOUT_S = 30.0
 _RETRY_MIN_S, _RETRY_MAX_S = 0.25, 2.0
 _LISTEN_CHECK_S = 30.0
 _LISTEN_BACKOFF_MAX_S = 5.0
+_LISTEN_FAILURES = BACKGROUND_FAILURES.labels("snapshot_listen")
 # Errors that mean "the database cannot be reached or did not answer in time".
 _UNREACHABLE = (psycopg.OperationalError, psycopg.InterfaceError, OSError, TimeoutError)
 # Connection defaults that turn a dead or silent server into an error instead of a hang.
@@ -101,8 +104,19 @@ class Refresher:
         self._listen = listen
         self._on_swap = on_swap
         self._options = options or SnapshotOptions()
-        self._wake = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        # The poll repeats in the shared loop (shared.periodic): while the database
+        # is unreachable it retries sooner than the interval, from _RETRY_MIN_S
+        # doubling to _RETRY_MAX_S. The LISTEN connection is one long wait, not
+        # a periodic run: it keeps its own loop and reconnect backoff below.
+        self._poller = PeriodicTask(
+            "snapshot_poll",
+            self._poll,
+            interval_s=refresh_s,
+            retry_s=min(_RETRY_MIN_S, refresh_s),
+            retry_max_s=min(_RETRY_MAX_S, refresh_s),
+            expected=_UNREACHABLE,
+        )
+        self._listener: asyncio.Task[None] | None = None
         self._conn: Connection | None = None  # the poll's own connection
         self._last_termination_id = 0
         self.snapshot = Snapshot.empty()
@@ -122,7 +136,8 @@ class Refresher:
         )
 
     def wake(self) -> None:
-        self._wake.set()
+        """Poll now."""
+        self._poller.wake()
 
     def note_termination(self, digest: bytes, expires_at: float) -> None:
         """This replica ended a session: refuse it here without waiting for the poll."""
@@ -130,16 +145,18 @@ class Refresher:
 
     async def start(self) -> None:
         await self._poll_once()
-        self._tasks.append(asyncio.create_task(self._poll_loop(), name="snapshot-poll"))
+        self._poller.start(
+            first_delay_s=self._refresh_s if self.database_reachable else _RETRY_MIN_S
+        )
         if self._listen:
-            self._tasks.append(asyncio.create_task(self._listen_loop(), name="snapshot-listen"))
+            self._listener = asyncio.create_task(self._listen_loop(), name="snapshot-listen")
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
+        await self._poller.stop()
+        if self._listener is not None:
+            self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await task
+                await self._listener
         await self._drop_connection()
 
     async def refresh(self) -> None:
@@ -187,31 +204,24 @@ class Refresher:
             with contextlib.suppress(psycopg.Error, OSError):
                 await conn.close()
 
-    async def _poll_once(self) -> bool:
-        """Refresh, and log what went wrong; False when the database was unreachable."""
+    async def _poll(self) -> None:
+        """Refresh; an unreachable database is noted (readiness) and raised."""
         try:
             await self.refresh()
         except _UNREACHABLE as exc:
             if self.database_reachable or not self.loaded:
                 log.warning("database_unreachable", error=str(exc) or type(exc).__name__)
             self.database_reachable = False
-            return False
-        except Exception:  # a bug in loading or swapping: keep polling, readiness decays
-            log.exception("snapshot_refresh_failed")
-        return True
+            raise
 
-    async def _poll_loop(self) -> None:
-        retry = _RETRY_MIN_S
-        delay = self._refresh_s if self.database_reachable else retry
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=delay)
-            self._wake.clear()
-            if await self._poll_once():
-                retry, delay = _RETRY_MIN_S, self._refresh_s
-            else:
-                delay = min(retry, self._refresh_s)
-                retry = min(retry * 2, _RETRY_MAX_S)
+    async def _poll_once(self) -> None:
+        """The first poll, before the loop starts: what went wrong is logged."""
+        try:
+            await self._poll()
+        except _UNREACHABLE:
+            pass  # logged by _poll; the loop retries soon
+        except Exception:  # a bug in loading or swapping: the loop polls on, readiness decays
+            log.exception("snapshot_refresh_failed")
 
     async def _listen_loop(self) -> None:
         backoff = 0.5
@@ -222,20 +232,22 @@ class Refresher:
                         await conn.execute(f"LISTEN {channel}")
                     self.listening = True
                     backoff = 0.5
-                    self._wake.set()  # anything missed while not listening
+                    self.wake()  # anything missed while not listening
                     for callback in self._notify.values():
                         callback()
                     while True:
                         async for note in conn.notifies(timeout=_LISTEN_CHECK_S):
-                            self._notify.get(note.channel, self._wake.set)()
+                            self._notify.get(note.channel, self.wake)()
                         await within(_PROBE_TIMEOUT_S, conn.execute("SELECT 1"))
             except _UNREACHABLE as exc:
+                _LISTEN_FAILURES.inc()
                 if self.listening:
                     log.warning("snapshot_listen_lost", error=str(exc) or type(exc).__name__)
             except Exception:
+                _LISTEN_FAILURES.inc()
                 log.exception("snapshot_listen_failed")
             if self.listening:
                 self.listening = False
-                self._wake.set()  # let the poll find out whether the database is gone
+                self.wake()  # let the poll find out whether the database is gone
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, _LISTEN_BACKOFF_MAX_S)

@@ -13,7 +13,6 @@ the last known count stays. A graceful stop deletes the row at once.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import secrets
@@ -21,16 +20,15 @@ import socket
 from typing import Any
 
 import psycopg
-import structlog
 from psycopg_pool import AsyncConnectionPool
 
 from shared.db import Connection, within
-
-log = structlog.get_logger(__name__)
+from shared.periodic import PeriodicTask
 
 HEARTBEAT_S = 2.0
 LIVE_WINDOW_S = 10.0
 _PRUNE_AFTER_S = 3600  # rows of processes dead this long are deleted
+_PRUNE_EVERY = 300  # beats: about every ten minutes
 _TIMEOUT_S = 5.0
 
 # The INSERT's row is invisible to the SELECT of the same statement, hence the UNION.
@@ -56,8 +54,12 @@ class Replicas:
         self.replica_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
         self.count = 1
         self.rank = 0
-        self._task: asyncio.Task[None] | None = None
-        self._failing = False
+        self._beats = 0
+        # No back-off: a replica that beats less often than LIVE_WINDOW_S drops out
+        # of the others' count, and a recovery should be seen within HEARTBEAT_S.
+        self._task = PeriodicTask(
+            "replica_heartbeat", self._heartbeat, interval_s=HEARTBEAT_S, retry_max_s=HEARTBEAT_S
+        )
 
     def share(self) -> tuple[int, int]:
         return self.rank, self.count
@@ -73,31 +75,21 @@ class Replicas:
         async with self._pool.connection() as conn:
             await conn.execute(_PRUNE_SQL, (_PRUNE_AFTER_S,))
 
-    async def _loop(self) -> None:
-        beats = 0
-        while True:
-            try:
-                await within(_TIMEOUT_S, self.beat())
-                if beats % 300 == 0:  # about every ten minutes
-                    await within(_TIMEOUT_S, self._prune())
-                if self._failing:
-                    log.info("replica_heartbeat_recovered", replicas=self.count)
-                self._failing = False
-            except (psycopg.Error, OSError, TimeoutError) as exc:
-                if not self._failing:  # once per outage; the last count stays in use
-                    log.warning("replica_heartbeat_failed", error=str(exc), replicas=self.count)
-                self._failing = True
-            beats += 1
-            await asyncio.sleep(HEARTBEAT_S)
+    async def _heartbeat(self) -> None:
+        """One beat, and a prune of long-dead rows every ``_PRUNE_EVERY`` beats.
+
+        A failed beat leaves the last count in use; the loop logs the outage once.
+        """
+        beats, self._beats = self._beats, self._beats + 1
+        await within(_TIMEOUT_S, self.beat())
+        if beats % _PRUNE_EVERY == 0:
+            await within(_TIMEOUT_S, self._prune())
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop())
+        self._task.start(first_delay_s=0)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._task.stop()
         with contextlib.suppress(psycopg.Error, OSError, TimeoutError):
             await within(_TIMEOUT_S, self._leave())
 

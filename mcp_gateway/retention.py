@@ -16,21 +16,20 @@ until the token expires, an idempotency record until its ``expires_at``
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from dataclasses import dataclass
 
-import psycopg
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
 from shared.db import Connection
+from shared.periodic import PeriodicTask
 from shared.settings import Settings
 
 log = structlog.get_logger(__name__)
 
 INTERVAL_S = 600.0
 FIRST_RUN_S = 30.0  # after start, so a rolling restart does not prune N times at once
+RETRY_MAX_S = 3600.0  # the longest wait after failed rounds
 BATCH = 5000
 MAX_BATCHES = 100
 _LOCK_KEY = 0x6372616E6B0002  # "crank" + 2; migrations use their own key
@@ -116,25 +115,29 @@ async def prune_once(
 
 
 class Pruner:
-    def __init__(self, pool: AsyncConnectionPool[Connection], settings: Settings) -> None:
+    """Runs ``prune_once`` every ``interval_s`` in the background (shared.periodic)."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Connection],
+        settings: Settings,
+        *,
+        interval_s: float = INTERVAL_S,
+        first_run_s: float = FIRST_RUN_S,
+    ) -> None:
         self._pool = pool
         self._settings = settings
-        self._task: asyncio.Task[None] | None = None
+        self._first_run_s = first_run_s
+        # A failed round is retried after one interval, then less and less often.
+        self._task = PeriodicTask(
+            "retention", self._prune, interval_s=interval_s, retry_max_s=RETRY_MAX_S
+        )
+
+    async def _prune(self) -> None:
+        await prune_once(self._pool, self._settings)
 
     def start(self) -> None:
-        async def loop() -> None:
-            await asyncio.sleep(FIRST_RUN_S)
-            while True:
-                try:
-                    await prune_once(self._pool, self._settings)
-                except (psycopg.Error, OSError) as exc:  # the database is away; next round
-                    log.warning("retention_failed", error=str(exc))
-                await asyncio.sleep(INTERVAL_S)
-
-        self._task = asyncio.create_task(loop())
+        self._task.start(first_delay_s=self._first_run_s)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._task.stop()

@@ -1,14 +1,13 @@
 """Record when keys and tokens were last used, in batches at minute granularity.
 
-The request path only adds an id to a set; a background task writes the set
-in one UPDATE. A crash loses at most one interval of "last used" times,
-which is acceptable for a field that only helps admins spot stale keys.
+The request path only adds an id to a set; a background loop
+(shared.periodic) writes the set in one UPDATE, and once more on stop. A
+crash loses at most one interval of "last used" times, which is acceptable
+for a field that only helps admins spot stale keys.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from typing import Literal
 
 import structlog
@@ -16,6 +15,7 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from shared.db import Connection
+from shared.periodic import PeriodicTask
 
 log = structlog.get_logger(__name__)
 
@@ -25,9 +25,9 @@ class LastUseRecorder:
         self, table: Literal["admin_tokens", "api_keys"], interval_s: float = 30.0
     ) -> None:
         self._table = table
-        self._interval_s = interval_s
         self._pending: set[int] = set()
-        self._task: asyncio.Task[None] | None = None
+        self._pool: AsyncConnectionPool[Connection] | None = None  # given by start or stop
+        self._task = PeriodicTask(f"last_use_{table}", self._flush_held, interval_s=interval_s)
 
     def mark(self, row_id: int) -> None:
         self._pending.add(row_id)
@@ -44,23 +44,18 @@ class LastUseRecorder:
         async with pool.connection() as conn:
             await conn.execute(query, (ids,))
 
-    def start(self, pool: AsyncConnectionPool[Connection]) -> None:
-        async def loop() -> None:
-            while True:
-                await asyncio.sleep(self._interval_s)
-                try:
-                    await self.flush(pool)
-                except Exception:
-                    log.exception("last_use_flush_failed", table=self._table)
+    async def _flush_held(self) -> None:
+        if self._pool is not None:
+            await self.flush(self._pool)
 
-        self._task = asyncio.create_task(loop())
+    def start(self, pool: AsyncConnectionPool[Connection]) -> None:
+        self._pool = pool
+        self._task.start()
 
     async def stop(self, pool: AsyncConnectionPool[Connection]) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        """Stop the loop and write the marks it still holds."""
+        self._pool = pool
         try:
-            await self.flush(pool)
+            await self._task.stop(final_run=True)
         except Exception:  # shutting down: the interval's marks are lost, say so
             log.exception("last_use_final_flush_failed", table=self._table)

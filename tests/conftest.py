@@ -25,6 +25,7 @@ from control_plane.services.tokens import create_admin_token
 from shared.crypto import KeyHasher
 from shared.db import connect
 from shared.embedded import EmbeddedPostgres
+from shared.metrics import REGISTRY
 from shared.migrate import migrate
 from shared.settings import Settings
 
@@ -178,3 +179,8 @@ def auth(token: str, etag: str | None = None) -> dict[str, str]:
     if etag is not None:
         headers["If-Match"] = etag
     return headers
+
+
+def background_failures(task: str) -> float:
+    """``crank_background_failures_total`` of one background loop (shared.periodic)."""
+    return REGISTRY.get_sample_value("crank_background_failures_total", {"task": task}) or 0.0

@@ -11,13 +11,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
+import structlog
 from aiohttp import web
 
 from control_plane.cli.devkeys import ensure_api_key
@@ -245,3 +246,24 @@ async def wait_until(predicate: Any, timeout_s: float = 10.0, interval_s: float 
     while not await predicate():
         assert time.monotonic() < deadline, "condition not reached in time"
         await asyncio.sleep(interval_s)
+
+
+class Background(Protocol):
+    """An owner of a background loop (shared.periodic), e.g. retention.Pruner."""
+
+    def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+async def run_until(
+    loop: Background, predicate: Any, timeout_s: float = 10.0
+) -> list[MutableMapping[str, Any]]:
+    """Start ``loop``, wait until ``predicate()`` holds, stop it; returns what was logged."""
+    with structlog.testing.capture_logs() as logs:
+        loop.start()
+        try:
+            await wait_until(predicate, timeout_s)
+        finally:
+            await loop.stop()
+    return logs

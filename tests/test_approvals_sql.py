@@ -14,11 +14,14 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from mcp_gateway.approvals import store
+from mcp_gateway.approvals import expiry, store
+from mcp_gateway.approvals.expiry import ExpirySweeper
 from mcp_gateway.retention import prune_once
 from shared.canonical import arguments_hash
 from shared.db import Connection, connect, open_pool
 from shared.settings import Settings
+from tests.conftest import background_failures
+from tests.gateway_support import run_until
 
 STATUSES = ("pending", "approved", "denied", "expired", "executing", "completed", "failed")
 # DESIGN "Approvals", verbatim.
@@ -207,6 +210,37 @@ async def test_the_sweep_expires_only_pending_rows_past_their_time(
             "approved",
         ]
         assert await store.expire_overdue(conn) == 0
+
+
+async def test_an_unexpected_exception_in_a_sweep_leaves_the_loop_running_and_is_counted(
+    pool: AsyncConnectionPool[Connection], ids: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with pool.connection() as conn:
+        overdue = await insert_row(conn, ids, "pending", n=1)
+        await behind_the_trigger(
+            conn, "UPDATE approvals SET expires_at = now() - interval '1 second'"
+        )
+    sweeps = 0
+
+    async def crashes_once(conn: Connection) -> int:
+        nonlocal sweeps
+        sweeps += 1
+        if sweeps == 1:
+            raise RuntimeError("a bug in the first sweep")
+        return await store.expire_overdue(conn)
+
+    monkeypatch.setattr(expiry, "expire_overdue", crashes_once)
+    before = background_failures("approval_expiry")
+
+    async def expired() -> bool:
+        async with pool.connection() as conn:
+            return await status_of(conn, overdue) == "expired"
+
+    logs = await run_until(ExpirySweeper(pool, interval_s=0.05), expired)
+
+    assert background_failures("approval_expiry") - before == 1
+    crashed = [e for e in logs if e["event"] == "background_task_crashed"]
+    assert [(e["task"], e["log_level"]) for e in crashed] == [("approval_expiry", "error")]
 
 
 async def test_the_sweep_goes_in_batches(

@@ -24,6 +24,16 @@ from tests.test_gateway_tools_call import (
 )
 
 AGENT = "default/rates"
+BACKGROUND_TASKS = (
+    "approval_claims",
+    "approval_expiry",
+    "call_log_flush",
+    "last_use_api_keys",
+    "replica_heartbeat",
+    "retention",
+    "snapshot_listen",
+    "snapshot_poll",
+)
 
 
 @pytest.fixture
@@ -78,6 +88,13 @@ async def test_metrics_count_tool_calls_by_outcome_and_time_the_upstream(
     assert found[("crank_upstream_request_seconds_sum", histogram)] > 0
     assert found[("crank_call_log_dropped_total", frozenset())] == 0
     assert "# TYPE crank_rate_limited_total counter" in scraped.text
+    # Every background loop shows, at zero while it has not failed.
+    failures = {
+        dict(tags)["task"]: value
+        for (name, tags), value in found.items()
+        if name == "crank_background_failures_total"
+    }
+    assert failures == dict.fromkeys(BACKGROUND_TASKS, 0)
 
 
 def test_rate_limit_method_classes_are_tools_call_and_other() -> None:

@@ -18,7 +18,8 @@ from mcp_gateway import retention
 from mcp_gateway.retention import prune_once
 from shared.db import Connection, connect, open_pool
 from shared.settings import Settings
-from tests.gateway_support import wait_until
+from tests.conftest import background_failures
+from tests.gateway_support import run_until, wait_until
 
 
 @pytest.fixture
@@ -226,3 +227,32 @@ async def test_a_record_claimed_anew_while_pruning_is_kept(
     async with pool.connection() as conn:
         row: Any = await (await conn.execute("SELECT status FROM idempotency_records")).fetchone()
     assert row["status"] == "in_progress"
+
+
+async def test_an_unexpected_exception_in_a_round_leaves_the_loop_running_and_is_counted(
+    pool: AsyncConnectionPool[Connection], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await seed(pool)
+    rounds = 0
+
+    async def crashes_once(
+        pool: AsyncConnectionPool[Connection], settings: Settings
+    ) -> dict[str, int] | None:
+        nonlocal rounds
+        rounds += 1
+        if rounds == 1:
+            raise RuntimeError("a bug in the first round")
+        return await prune_once(pool, settings)
+
+    monkeypatch.setattr(retention, "prune_once", crashes_once)
+    before = background_failures("retention")
+
+    async def pruned() -> bool:
+        return await counts(pool) == {"call_log": 2, "audit_log": 3, "terminations": 1}
+
+    pruner = retention.Pruner(pool, Settings(), interval_s=0.05, first_run_s=0)
+    logs = await run_until(pruner, pruned)
+
+    assert background_failures("retention") - before == 1
+    crashed = [e for e in logs if e["event"] == "background_task_crashed"]
+    assert [(e["task"], e["log_level"]) for e in crashed] == [("retention", "error")]

@@ -1,7 +1,8 @@
 """The expiry sweep: pending approvals past ``expires_at`` become ``expired``.
 
-Every gateway process runs it every ``INTERVAL_S``; the UPDATE skips rows
-another process holds, so replicas never wait on each other. The sweep keeps
+Every gateway process runs it every ``INTERVAL_S`` (shared.periodic); the
+UPDATE skips rows another process holds, so replicas never wait on each
+other. The sweep keeps
 lists and retention honest; correctness does not depend on it, because a
 decision, a read and a repeat tools/call expire an overdue row themselves
 (mcp_gateway.approvals.store).
@@ -9,15 +10,12 @@ decision, a read and a repeat tools/call expire an overdue row themselves
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-
-import psycopg
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
 from mcp_gateway.approvals.store import expire_overdue
 from shared.db import Connection
+from shared.periodic import PeriodicTask
 
 log = structlog.get_logger(__name__)
 
@@ -29,8 +27,7 @@ class ExpirySweeper:
         self, pool: AsyncConnectionPool[Connection], interval_s: float = INTERVAL_S
     ) -> None:
         self._pool = pool
-        self._interval_s = interval_s
-        self._task: asyncio.Task[None] | None = None
+        self._task = PeriodicTask("approval_expiry", self.sweep_once, interval_s=interval_s)
 
     async def sweep_once(self) -> int:
         async with self._pool.connection() as conn:
@@ -40,18 +37,7 @@ class ExpirySweeper:
         return expired
 
     def start(self) -> None:
-        async def loop() -> None:
-            while True:
-                await asyncio.sleep(self._interval_s)
-                try:
-                    await self.sweep_once()
-                except (psycopg.Error, OSError) as exc:  # the database is away; next round
-                    log.warning("approvals_expiry_failed", error=str(exc))
-
-        self._task = asyncio.create_task(loop())
+        self._task.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._task.stop()

@@ -54,7 +54,6 @@ can drop the repeat.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -71,6 +70,7 @@ from shared.crypto import SecretBox
 from shared.db import Connection, within
 from shared.errors import Language
 from shared.outbound import UpstreamExecutor
+from shared.periodic import PeriodicTask
 
 log = structlog.get_logger(__name__)
 
@@ -111,17 +111,19 @@ class ApprovalWorker:
         self._pool = pool
         self._performer = Performer(pool, executor, snapshot=snapshot, box=box, language=language)
         self._concurrency = concurrency
-        self._poll_s = poll_s
         self._margin_s = margin_s
         self._renew_every_s = renew_every_s
         self._exhausted = exhausted_payload(language)
-        self._wake = asyncio.Event()
-        self._claiming = True
+        # Claim rounds repeat in the shared loop (shared.periodic): it logs a
+        # database outage once and retries less often while it lasts; a wake-up
+        # (a notification, the listener reconnecting, a freed slot) still runs a
+        # round at once.
+        self._claims = PeriodicTask(
+            "approval_claims", self._claim_round, interval_s=poll_s, expected=_DB_ERRORS
+        )
         self._more = False  # the last round filled every slot: there may be more rows
-        self._loop_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._running: dict[str, _Running] = {}
-        self._failing = False
 
     @property
     def in_hand(self) -> int:
@@ -131,26 +133,19 @@ class ApprovalWorker:
     # -- lifecycle ---------------------------------------------------------
 
     def start(self) -> None:
-        self._loop_task = asyncio.create_task(self._loop(), name="approval-worker")
+        self._claims.start(first_delay_s=0)
 
     def wake(self) -> None:
         """A claim round now (a notification, or a reconnected listener)."""
-        self._wake.set()
+        self._claims.wake()
 
     def stop_claiming(self) -> None:
         """No new claims; running calls go on (the first step of a graceful stop)."""
-        self._claiming = False
-        self._wake.set()
+        self._claims.request_stop()
 
     async def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         """Stop claiming, give running calls ``grace_s`` to finish, release the rest."""
-        self.stop_claiming()
-        if self._loop_task is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._loop_task), _DB_TIMEOUT_S)
-            self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
+        await self._claims.stop(wait_s=_DB_TIMEOUT_S)  # a round under way may finish
         if not self._tasks:
             return
         _, pending = await asyncio.wait(set(self._tasks), timeout=grace_s)
@@ -167,36 +162,25 @@ class ApprovalWorker:
 
     # -- claiming ----------------------------------------------------------
 
-    async def _loop(self) -> None:
-        while self._claiming:
-            self._wake.clear()
-            try:
-                await self._claim_round()
-            except Exception:  # the top of the worker loop: keep claiming
-                log.exception("approval_claim_crashed")
-            if not self._claiming:
-                break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self._poll_s)
-
     async def claim_once(self) -> int:
-        """One claim round (tests drive the worker with it); the rows started."""
-        return await self._claim_round()
+        """One claim round (tests drive the worker with it); the rows started.
+
+        A database error is logged, not raised.
+        """
+        try:
+            return await self._claim_round()
+        except _DB_ERRORS as exc:
+            log.warning("approval_claim_failed", error=str(exc) or type(exc).__name__)
+            return 0
 
     async def _claim_round(self) -> int:
+        """One claim round; raises what the database raised."""
         free = self._concurrency - len(self._tasks)
         if free <= 0:
             self._more = True  # a slot freeing up starts the next round
             return 0
         started = asyncio.get_running_loop().time()
-        try:
-            running, failed = await within(_DB_TIMEOUT_S, self._claim(free))
-        except _DB_ERRORS as exc:
-            if not self._failing:
-                log.warning("approval_claim_failed", error=str(exc) or type(exc).__name__)
-            self._failing = True
-            return 0
-        self._failing = False
+        running, failed = await within(_DB_TIMEOUT_S, self._claim(free))
         self._more = len(running) + len(failed) == free
         for row in failed:
             log.warning("approval_attempts_exhausted", approval_id=row.id, attempts=row.attempt)
@@ -225,7 +209,7 @@ class ApprovalWorker:
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if self._more:
-            self._wake.set()
+            self._claims.wake()
 
     # -- one row -----------------------------------------------------------
 
