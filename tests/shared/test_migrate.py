@@ -5,6 +5,7 @@ import asyncio
 import psycopg
 
 from shared.migrate import available_migrations, migrate
+from tests.support.local_commands import crank, crank_env
 
 
 async def test_concurrent_migrations_on_empty_database_apply_schema_once(
@@ -36,8 +37,6 @@ def test_migration_files_are_numbered_without_gaps() -> None:
 async def test_two_concurrent_crank_migrate_processes_both_succeed(
     empty_database_url: str,
 ) -> None:
-    from tests.test_cli_tokens import crank, crank_env
-
     env = crank_env(empty_database_url)
     first, second = await asyncio.gather(crank("migrate", env=env), crank("migrate", env=env))
 

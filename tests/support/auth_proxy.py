@@ -15,10 +15,10 @@ refuses every request without one (401). The proxy sits between the two on
   suite's "first event within 2 s" checks see the gateway's timing;
 - when the client goes away, the upstream request is cancelled with it.
 
-Used in-process by tests/test_gateway_conformance.py (``serve_auth_proxy``);
+Used in-process by tests/gateway/transport/test_conformance.py (``serve_auth_proxy``);
 also runnable by hand::
 
-    CRANK_PROXY_KEY=crk_agent_... python -m tests.auth_proxy http://127.0.0.1:8080 --port 3000
+    CRANK_PROXY_KEY=crk_agent_... python -m tests.support.auth_proxy http://127.0.0.1:8080 --port 3000
 """
 
 from __future__ import annotations

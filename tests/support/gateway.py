@@ -26,7 +26,8 @@ from control_plane.demo import DEMO_WORKSPACE
 from control_plane.demo.sales_api import create_app as create_sales_app
 from shared.crypto import KeyHasher
 from shared.db import connect
-from tests.conftest import TEST_SECRET_KEY, Client, auth
+from tests.support.api import Client, auth
+from tests.support.db import TEST_SECRET_KEY
 
 SEED_URL_PATH = "/mcp/v1/default/currency-rates"
 

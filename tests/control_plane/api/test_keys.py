@@ -10,7 +10,7 @@ from control_plane.services.keys import create_api_key
 from shared.crypto import KeyHasher
 from shared.db import connect
 from shared.keys import KeyKind, display_prefix, generate_key, parse_key
-from tests.conftest import Client, auth, make_token
+from tests.support.api import Client, auth, make_token
 
 WS = "/api/v1/workspaces/acme"
 LISTED_FIELDS = {

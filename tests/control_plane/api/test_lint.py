@@ -12,8 +12,8 @@ from control_plane.lint import Finding
 from control_plane.lint.findings import finding
 from control_plane.services import operations
 from shared.spec import OperationSpec
-from tests.conftest import Client, auth, make_token
-from tests.test_apply import APPLY, crank_file, delete_operation, rates_operation, snapshot
+from tests.support.api import Client, auth, make_token
+from tests.support.crank_files import APPLY, crank_file, delete_operation, rates_operation, snapshot
 
 WS = "/api/v1/workspaces/acme"
 

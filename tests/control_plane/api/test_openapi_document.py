@@ -3,7 +3,7 @@ from __future__ import annotations
 from openapi_spec_validator import validate
 from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 
-from tests.conftest import Client
+from tests.support.api import Client
 
 
 async def test_openapi_document_is_valid_openapi_3_1(client: Client) -> None:

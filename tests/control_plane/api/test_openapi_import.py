@@ -16,12 +16,11 @@ from litestar.testing import AsyncTestClient
 
 from control_plane.app import create_app
 from shared.settings import Settings
-from tests.conftest import TEST_SECRET_KEY, Client, auth, make_token
-from tests.test_cli_client import Server, cli_env, crank, server, workspace
+from tests.support.api import Client, auth, make_token
+from tests.support.cli import Server, crank
+from tests.support.db import TEST_SECRET_KEY
+from tests.support.paths import OPENAPI_FIXTURES as FIXTURES
 
-__all__ = ["cli_env", "server", "workspace"]  # fixtures shared with the CLI tests
-
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 WS = "/api/v1/workspaces/default"
 IMPORT = f"{WS}/import/openapi"
 UPSTREAM = "http://127.0.0.1:9/v3"  # never called here

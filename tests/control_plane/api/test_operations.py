@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from shared.db import connect
-from tests.conftest import Client, auth, make_token
+from tests.support.api import Client, auth, make_token
 
 WS = "acme"
 BASE = f"/api/v1/workspaces/{WS}/operations"
@@ -292,7 +292,7 @@ async def test_publish_makes_version_one_and_keeps_the_draft_etag(
         "version": 1,
         "changed": True,
         "revision": 1,
-        "findings": ANY,  # the linter's warnings: tests/test_lint_api.py
+        "findings": ANY,  # the linter's warnings: tests/control_plane/api/test_lint.py
     }
     assert response.headers["etag"] == etag
     read = await client.get(f"{BASE}/get_order", headers=auth(editor))
@@ -510,7 +510,7 @@ async def test_rollback_to_the_latest_version_makes_no_version(client: Client, e
         "version": 1,
         "changed": False,
         "revision": 1,
-        "findings": ANY,  # the linter's warnings: tests/test_lint_api.py
+        "findings": ANY,  # the linter's warnings: tests/control_plane/api/test_lint.py
     }
 
 

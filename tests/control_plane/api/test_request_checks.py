@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Client, auth
+from tests.support.api import Client, auth
 
 WS = "/api/v1/workspaces/acme"
 

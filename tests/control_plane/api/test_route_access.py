@@ -11,7 +11,7 @@ import pytest
 from litestar import Litestar
 from litestar.routes import HTTPRoute
 
-from tests.conftest import Client, auth, make_token
+from tests.support.api import Client, auth, make_token
 
 OPERATION: dict[str, Any] = {
     "name": "op",

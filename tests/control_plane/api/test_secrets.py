@@ -6,7 +6,8 @@ import pytest
 
 from shared.crypto import Sealed, SecretBox, secret_associated_data
 from shared.db import connect
-from tests.conftest import TEST_SECRET_KEY, Client, auth, make_token
+from tests.support.api import Client, auth, make_token
+from tests.support.db import TEST_SECRET_KEY
 
 WS = "/api/v1/workspaces/acme"
 VALUE = "sk_live_0123456789abcdefSECRET"

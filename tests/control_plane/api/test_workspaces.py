@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from tests.conftest import Client, auth, make_token
+from tests.support.api import Client, auth, make_token
 
 
 async def test_admin_creates_workspace_and_sees_it(client: Client, admin_token: str) -> None:
@@ -49,7 +49,7 @@ async def test_token_keeps_working_after_secret_key_rotation_and_is_rehashed(
     from control_plane.app import create_app
     from shared.crypto import KeyHasher
     from shared.settings import Settings
-    from tests.conftest import TEST_SECRET_KEY
+    from tests.support.db import TEST_SECRET_KEY
 
     new_key = "rotated-secret-key-that-is-long-enough-987654"
     rotated = Settings(

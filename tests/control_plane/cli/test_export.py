@@ -8,10 +8,8 @@ import json
 from pathlib import Path
 
 from control_plane.cli.client import Client
-from tests.test_cli_client import Server, cli_env, crank, server, workspace
-from tests.test_export import SECRETS, SEED
-
-__all__ = ["cli_env", "server", "workspace"]  # fixtures shared with the CLI tests
+from tests.support.cli import Server, crank
+from tests.support.crank_files import SECRETS, SEED
 
 _copies = itertools.count()
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import re
 import shlex
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from control_plane.cli import build_parser
+from tests.support.paths import DOCS_DIR
 
-PAGE = Path(__file__).parent.parent / "docs" / "ci.md"
+PAGE = DOCS_DIR / "ci.md"
 
 
 def blocks(language: str) -> list[str]:

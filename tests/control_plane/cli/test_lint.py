@@ -1,7 +1,5 @@
 """``crank lint`` (local, exit codes 0/1/2, text and JSON) and ``crank apply`` on lint errors."""
 
-# ruff: noqa: F811 - pytest fixtures imported from tests.test_cli_client are parameters here
-
 from __future__ import annotations
 
 import json
@@ -13,14 +11,7 @@ import pytest
 from control_plane.cli import main
 from control_plane.cli.client import Client
 from control_plane.demo import demo_file_text
-from tests.test_cli_client import (  # noqa: F401 - fixtures
-    OPERATIONS_YAML,
-    clean_env,
-    cli_env,
-    crank,
-    server,
-    workspace,
-)
+from tests.support.cli import OPERATIONS_YAML, clean_env, crank
 
 CLEAN = OPERATIONS_YAML.format(workspace="default", confirmation="auto")
 VAGUE = CLEAN.replace(

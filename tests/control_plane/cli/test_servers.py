@@ -12,8 +12,8 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import TEST_SECRET_KEY
-from tests.test_cli_up import accepts_connections, descendants, free_port, running
+from tests.support.db import TEST_SECRET_KEY
+from tests.support.processes import accepts_connections, descendants, free_port, running
 
 
 def crank_env(**overrides: str) -> dict[str, str]:

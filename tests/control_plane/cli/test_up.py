@@ -35,55 +35,12 @@ from control_plane.services.keys import revoke_api_key
 from shared.crypto import KeyHasher
 from shared.db import connect
 from shared.keys import KeyKind, generate_key, parse_key
-from tests.conftest import TEST_SECRET_KEY
+from tests.support.db import TEST_SECRET_KEY
+from tests.support.processes import accepts_connections, descendants, free_port, running
 
 READY_TIMEOUT_S = 90
 STOP_TIMEOUT_S = 45
 READY_MARKER = "Press Ctrl-C to stop everything."
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state, parent pid) of a live process, from /proc."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    fields = raw[raw.rindex(")") + 2 :].split()
-    return fields[0], int(fields[1])
-
-
-def descendants(root: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            found = _proc_stat(int(entry.name))
-            if found is not None:
-                children.setdefault(found[1], []).append(int(entry.name))
-    result: set[int] = set()
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            result.add(child)
-            todo.append(child)
-    return result
-
-
-def running(pid: int) -> bool:
-    found = _proc_stat(pid)
-    return found is not None and found[0] not in ("Z", "X")
-
-
-def accepts_connections(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.settimeout(1)
-        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def get_json(url: str, token: str | None = None) -> tuple[int, Any]:

@@ -11,8 +11,8 @@ The sales GET operations run end to end: the demo sales API on a free
 loopback port, the demo seeded as ``crank seed-demo`` seeds it (its sales
 URLs on that port), a gateway allowlisting exactly that port (as ``crank up``
 does), the demo's sales agent key. The approval and DELETE operations of the
-sales agent are called in tests/test_gateway_approvals.py and
-tests/test_gateway_confirmation.py.
+sales agent are called in tests/gateway/approvals/test_endpoints.py and
+tests/gateway/pipeline/test_confirmation.py.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from shared.errors import ErrorCode, ToolError
 from shared.outbound import OutboundError, UpstreamExecutor
 from shared.spec import operation_from_builtins, spec_to_builtins
 from shared.ssrf import AddressPolicy
-from tests.gateway_support import demo_gateway
-from tests.tool_call_support import ERAS, Caller, assert_tool_error
+from tests.support.gateway import demo_gateway
+from tests.support.tool_calls import ERAS, Caller, assert_tool_error
 
 FRANKFURTER_HOST = "api.frankfurter.dev"
 

@@ -14,7 +14,7 @@ from control_plane.demo import demo_sales_port, load_demo_file
 from control_plane.services.apply import check_file
 from shared.db import connect
 from shared.settings import SettingsError
-from tests.conftest import Client, auth
+from tests.support.api import Client, auth
 
 
 def test_demo_file_is_valid_and_calls_the_given_sales_port() -> None:

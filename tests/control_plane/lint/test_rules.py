@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -25,8 +24,9 @@ from control_plane.lint import (
 from control_plane.lint.findings import MAX_TOOLS_ACCEPTED, MAX_TOOLS_ADVISED
 from control_plane.services.apply import check_file
 from shared.spec import AgentSpec, CrankFile, OperationSpec
+from tests.support.paths import DOCS_DIR
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = DOCS_DIR
 
 GOOD_EN = (
     "Gets a customer's card by email. Use when you need to find the customer before opening "

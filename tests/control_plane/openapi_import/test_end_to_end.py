@@ -13,12 +13,12 @@ import httpx
 import pytest
 from aiohttp import web
 
-from tests.conftest import Client, auth
-from tests.gateway_support import free_port, run_gateway, serve_upstream
-from tests.test_gateway_legacy import bearer
-from tests.test_gateway_tools_call import open_session_at
+from tests.support.api import Client, auth
+from tests.support.gateway import free_port, run_gateway, serve_upstream
+from tests.support.mcp import bearer
+from tests.support.paths import OPENAPI_FIXTURES as FIXTURES
+from tests.support.rates import open_session_at
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 WS = "/api/v1/workspaces/default"
 PATH = "/mcp/v1/default/pets"
 SAMPLE = ["find_pets_by_status", "get_pet_by_id", "add_pet", "place_order"]

@@ -16,9 +16,10 @@ from control_plane.openapi_import import (
 )
 from shared.compiler import compile_operation
 from shared.spec_validation import validate_operation
+from tests.support.paths import JS_DIR
+from tests.support.paths import OPENAPI_FIXTURES as FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
-GITHUB = Path(__file__).parent / "js" / "node_modules" / "@octokit" / "openapi" / "generated"
+GITHUB = JS_DIR / "node_modules" / "@octokit" / "openapi" / "generated"
 GITHUB_DOCUMENT = GITHUB / "api.github.com.json"
 SMALL_BOUND_S = 5.0
 LARGE_BOUND_S = 10.0

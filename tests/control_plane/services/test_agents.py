@@ -6,23 +6,13 @@ import asyncio
 
 import pytest
 
-from control_plane.auth import Role, Workspace
+from control_plane.auth import Workspace
 from control_plane.errors import ValidationFailed
 from control_plane.services.agents import create_agent
 from control_plane.services.operations import create_operation, discard_draft
 from shared.db import connect
 from shared.spec import AgentSpec, OperationSpec, RequestSpec
-from tests.test_secrets_service import wait_until_blocked
-
-
-@pytest.fixture
-async def ws(database_url: str) -> Workspace:
-    async with await connect(database_url) as conn:
-        cur = await conn.execute("INSERT INTO workspaces (slug) VALUES ('acme') RETURNING id")
-        row = await cur.fetchone()
-        assert row is not None
-        await conn.commit()
-    return Workspace(id=row["id"], slug="acme", title="", role=Role.EDITOR)
+from tests.support.db import wait_until_blocked
 
 
 def operation() -> OperationSpec:

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 
-from control_plane.auth import Role, Workspace
+from control_plane.auth import Workspace
 from control_plane.errors import Conflict, ValidationFailed
 from control_plane.etag import Precondition
 from control_plane.services.operations import (
@@ -23,7 +23,7 @@ from control_plane.services.secrets import delete_secret, set_secret
 from shared.crypto import SecretBox
 from shared.db import Connection, connect
 from shared.spec import AuthSpec, OperationSpec, RequestSpec
-from tests.conftest import TEST_SECRET_KEY
+from tests.support.db import TEST_SECRET_KEY
 
 
 def spec(title: str = "Get order") -> OperationSpec:
@@ -38,16 +38,6 @@ def spec(title: str = "Get order") -> OperationSpec:
         },
         request=RequestSpec(method="GET", url="https://api.example.com/orders/{order_id}"),
     )
-
-
-@pytest.fixture
-async def ws(database_url: str) -> Workspace:
-    async with await connect(database_url) as conn:
-        cur = await conn.execute("INSERT INTO workspaces (slug) VALUES ('acme') RETURNING id")
-        row = await cur.fetchone()
-        assert row is not None
-        await conn.commit()
-    return Workspace(id=row["id"], slug="acme", title="", role=Role.EDITOR)
 
 
 @pytest.fixture

@@ -4,36 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
-from control_plane.auth import Role, Workspace
+from control_plane.auth import Workspace
 from control_plane.services.secrets import set_secret
 from shared.crypto import SecretBox
-from shared.db import Connection, connect
-from tests.conftest import TEST_SECRET_KEY
-
-
-@pytest.fixture
-async def ws(database_url: str) -> Workspace:
-    async with await connect(database_url) as conn:
-        cur = await conn.execute("INSERT INTO workspaces (slug) VALUES ('acme') RETURNING id")
-        row = await cur.fetchone()
-        assert row is not None
-        await conn.commit()
-    return Workspace(id=row["id"], slug="acme", title="", role=Role.EDITOR)
-
-
-async def wait_until_blocked(watcher: Connection, pid: int) -> None:
-    """Until backend ``pid`` waits on a lock; bounded to two seconds."""
-    for _ in range(200):
-        cur = await watcher.execute(
-            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
-        )
-        row = await cur.fetchone()
-        if row is not None and row["wait_event_type"] == "Lock":
-            return
-        await asyncio.sleep(0.01)
-    pytest.fail(f"backend {pid} never waited on a lock")
+from shared.db import connect
+from tests.support.db import TEST_SECRET_KEY, wait_until_blocked
 
 
 async def test_two_writers_creating_the_same_secret_make_one_row_and_both_succeed(

@@ -27,8 +27,9 @@ from control_plane.services.try_it import MAX_BODY_BYTES
 from control_plane.state import AppState
 from shared.outbound import UpstreamExecutor
 from shared.settings import Settings
-from tests.conftest import TEST_SECRET_KEY, Client, auth, make_token
-from tests.shared.test_outbound_guard import LoopbackOnly
+from tests.support.api import Client, auth, make_token
+from tests.support.db import TEST_SECRET_KEY
+from tests.support.sockets import LoopbackOnly
 
 TOKEN = "s3cr3t-upstream-token/with+odd=chars"
 BASE = "/api/v1/workspaces/acme"

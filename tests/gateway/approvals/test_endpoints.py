@@ -27,8 +27,9 @@ from shared.canonical import arguments_hash
 from shared.db import connect
 from shared.errors import mask
 from shared.keys import display_prefix
-from tests.conftest import Client, auth
-from tests.gateway_support import (
+from tests.support.api import Client, auth
+from tests.support.approvals import behind_the_trigger
+from tests.support.gateway import (
     Gateway,
     demo_gateway,
     free_port,
@@ -36,9 +37,8 @@ from tests.gateway_support import (
     serve_upstream,
     wait_until,
 )
-from tests.test_approvals_sql import behind_the_trigger
-from tests.test_gateway_seed_replay import curl_client
-from tests.tool_call_support import (
+from tests.support.mcp import curl_client
+from tests.support.tool_calls import (
     BASE,
     ERAS,
     Caller,

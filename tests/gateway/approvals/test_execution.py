@@ -9,31 +9,21 @@ import asyncio
 import os
 import signal
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from mcp_gateway.approvals import leases
 from shared.db import connect
-from tests.conftest import Client
-from tests.gateway_support import Gateway, run_gateway, wait_until
-from tests.test_approval_worker import (
+from tests.support.api import Client
+from tests.support.approvals import (
     Shop,
     execute,
     expire_lease,
     fetch,
     insert_approved,
     publish_shop,
-    serve_shop,
     status_is,
 )
-
-
-@pytest.fixture
-async def shop() -> AsyncIterator[Shop]:
-    async with serve_shop() as state:
-        yield state
+from tests.support.gateway import Gateway, run_gateway, wait_until
 
 
 def gateway_env(shop: Shop, **extra: str) -> dict[str, str]:

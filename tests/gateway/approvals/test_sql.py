@@ -19,6 +19,7 @@ from mcp_gateway.retention import prune_once
 from shared.canonical import arguments_hash
 from shared.db import Connection, connect, open_pool
 from shared.settings import Settings
+from tests.support.approvals import behind_the_trigger
 
 STATUSES = ("pending", "approved", "denied", "expired", "executing", "completed", "failed")
 # DESIGN "Approvals", verbatim.
@@ -101,16 +102,6 @@ async def insert_row(conn: Connection, ids: dict[str, int], status: str, n: int 
         (approval_id, ids["workspace"], ids["a"], ids["operation"], bytes([n]) * 32, status),
     )
     return approval_id
-
-
-async def behind_the_trigger(conn: Connection, statement: str, params: Any = ()) -> None:
-    """Run an UPDATE the transition trigger would skip (e.g. backdating a pending
-    row's times): the trigger is off only inside this transaction, which holds
-    the table's exclusive lock, so no other session ever sees it off."""
-    async with conn.transaction():
-        await conn.execute("ALTER TABLE approvals DISABLE TRIGGER approvals_transition")
-        await conn.execute(statement.encode(), params)
-        await conn.execute("ALTER TABLE approvals ENABLE TRIGGER approvals_transition")
 
 
 async def status_of(conn: Connection, approval_id: str) -> str:

@@ -11,10 +11,9 @@ import httpx
 import pytest
 
 from shared.settings import SettingsError, load_settings
-from tests.conftest import Client, auth
-from tests.gateway_support import FRANKFURTER, SEED_URL_PATH, run_gateway, seed_catalog, wait_until
-from tests.test_gateway_legacy import bearer, open_session
-from tests.test_gateway_modern import modern, request
+from tests.support.api import Client, auth
+from tests.support.gateway import FRANKFURTER, SEED_URL_PATH, run_gateway, seed_catalog, wait_until
+from tests.support.mcp import bearer, modern, open_session, request
 
 BASE = "/api/v1/workspaces/default"
 # Bound in this order on purpose: neither alphabetical nor the order of creation.

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import Client, auth
-from tests.gateway_support import SEED_URL_PATH, run_gateway, seed_catalog, wait_until
-from tests.test_gateway_legacy import INIT, TOOLS_LIST, bearer, open_session
+from tests.support.api import Client, auth
+from tests.support.gateway import SEED_URL_PATH, run_gateway, seed_catalog, wait_until
+from tests.support.mcp import INIT, TOOLS_LIST, bearer, open_session
 
 BASE = "/api/v1/workspaces/default"
 

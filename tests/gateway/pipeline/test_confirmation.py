@@ -37,16 +37,11 @@ from shared.db import connect
 from shared.errors import suggested_action
 from shared.migrate import migrate
 from shared.request_builder import CONFIRMATION_ARGUMENT, CONFIRMATION_TOKEN_PATTERN
-from tests.conftest import TEST_SECRET_KEY, _reset, auth, database_url_for, make_token
-from tests.gateway_support import (
-    Gateway,
-    demo_gateway,
-    free_port,
-    run_gateway,
-    wait_until,
-)
-from tests.test_gateway_modern import META, modern
-from tests.tool_call_support import (
+from tests.support.api import auth, make_token
+from tests.support.db import TEST_SECRET_KEY, database_url_for, reset_database
+from tests.support.gateway import Gateway, demo_gateway, free_port, run_gateway, wait_until
+from tests.support.mcp import META, modern
+from tests.support.tool_calls import (
     BASE,
     ERAS,
     Caller,
@@ -147,11 +142,11 @@ class World:
 async def world(
     pg_server_url: str, run_database: str, app: Litestar, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[World]:
-    """The run's database used directly (as tests/test_gateway_tool_errors.py does):
+    """The run's database used directly (as test_tool_errors.py here does):
     no test here may use the function-scoped ``database_url``."""
     url = database_url_for(pg_server_url, run_database)
     with psycopg.connect(url, autocommit=True) as conn:
-        _reset(conn, run_database)
+        reset_database(conn, run_database)
     upstream = Upstream()
     server_app = web.Application()
     server_app.router.add_route("*", "/{kind}/{order_id}", upstream.handle)

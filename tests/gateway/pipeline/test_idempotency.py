@@ -28,9 +28,10 @@ from litestar.testing import AsyncTestClient
 
 from mcp_gateway.idempotency import IN_FLIGHT_RETRY_S, LOCK_MARGIN_S, REPLAYED_META
 from shared.db import connect
-from tests.conftest import _reset, auth, database_url_for, make_token
-from tests.gateway_support import Gateway, free_port, run_gateway, wait_until
-from tests.tool_call_support import (
+from tests.support.api import auth, make_token
+from tests.support.db import database_url_for, reset_database
+from tests.support.gateway import Gateway, free_port, run_gateway, wait_until
+from tests.support.tool_calls import (
     ERAS,
     Caller,
     assert_tool_error,
@@ -178,11 +179,11 @@ def key_hash(request_id: str) -> bytes:
 async def world(
     pg_server_url: str, run_database: str, app: Litestar, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[World]:
-    """The run's database used directly (as tests/test_gateway_tool_errors.py does):
+    """The run's database used directly (as test_tool_errors.py here does):
     no test here may use the function-scoped ``database_url``."""
     url = database_url_for(pg_server_url, run_database)
     with psycopg.connect(url, autocommit=True) as conn:
-        _reset(conn, run_database)
+        reset_database(conn, run_database)
     upstream = Upstream()
     closed, decoy = free_port(), free_port()
     server_app = web.Application()

@@ -15,7 +15,7 @@ Every upstream error body carries ``MARK``; no answer of the gateway may
 contain it (never a raw upstream dump).
 
 Error codes of the safety flows are tested where those flows are
-(tests/test_gateway_confirmation.py, tests/test_gateway_idempotency.py), and
+(test_confirmation.py, test_idempotency.py in this folder), and
 ``approval_denied``/``approval_expired`` are reserved for the planned SSE
 wait: ``ELSEWHERE``.
 """
@@ -44,9 +44,10 @@ from mcp import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
 
 from shared.errors import ERROR_CODES
-from tests.conftest import _reset, auth, database_url_for, make_token
-from tests.gateway_support import Gateway, free_port, run_gateway
-from tests.tool_call_support import (
+from tests.support.api import auth, make_token
+from tests.support.db import database_url_for, reset_database
+from tests.support.gateway import Gateway, free_port, run_gateway
+from tests.support.tool_calls import (
     BASE,
     ERAS,
     Caller,
@@ -334,11 +335,11 @@ class World:
 async def world(
     pg_server_url: str, run_database: str, app: Litestar, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[World]:
-    """The run's database used directly (as tests.js_support.seeded_gateway does):
+    """The run's database used directly (as tests.support.js.seeded_gateway does):
     no test here may use the function-scoped ``database_url``."""
     url = database_url_for(pg_server_url, run_database)
     with psycopg.connect(url, autocommit=True) as conn:
-        _reset(conn, run_database)
+        reset_database(conn, run_database)
     recorder = Recorder()
     raw = await raw_server(recorder)
     ports = Ports(free_port(), raw.sockets[0].getsockname()[1], free_port(), free_port())

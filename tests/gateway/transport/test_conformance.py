@@ -1,12 +1,12 @@
 """The official MCP conformance suite against a real gateway, both protocol eras.
 
 ``@modelcontextprotocol/conformance`` (pinned in tests/js/package-lock.json)
-runs each scenario once, on Node.js 22, through tests/auth_proxy.py: the suite
+runs each scenario once, on Node.js 22, through tests/support/auth_proxy.py: the suite
 cannot send an Authorization header, so the loopback proxy adds the agent's key
 and passes everything else (Host and Origin included) through untouched.
 
 Every check must pass except those listed in
-tests/conformance-expected-failures.yml, which may name only checks that need
+tests/gateway/transport/conformance-expected-failures.yml, which may name only checks that need
 the suite's own fixture tools. A WARNING counts as a failure, and a listed
 check that passes is a stale entry that fails the test too.
 """
@@ -25,9 +25,10 @@ import pytest
 import yaml
 from litestar import Litestar
 
-from tests.auth_proxy import serve_auth_proxy
-from tests.gateway_support import SEED_URL_PATH, Gateway
-from tests.js_support import JS_DIR, require_node22, run_node, seeded_gateway
+from tests.support.auth_proxy import serve_auth_proxy
+from tests.support.gateway import SEED_URL_PATH, Gateway
+from tests.support.js import require_node22, run_node, seeded_gateway
+from tests.support.paths import JS_DIR
 
 LEGACY = "2025-11-25"
 MODERN = "2026-07-28"
@@ -158,11 +159,11 @@ async def test_conformance_scenario(
 
     assert passed, f"no check passed:\n{report}"
     assert not unexpected, (
-        "checks failed that tests/conformance-expected-failures.yml does not list:\n"
+        "checks failed that tests/gateway/transport/conformance-expected-failures.yml does not list:\n"
         + "\n".join(describe(c) for c in unexpected)
         + f"\n\nsuite output:\n{report}\n\ngateway log (tail):\n{gateway.log()[-3000:]}"
     )
     assert not stale, (
-        f"these now pass: remove them from tests/conformance-expected-failures.yml: {stale}"
+        f"these now pass: remove them from tests/gateway/transport/conformance-expected-failures.yml: {stale}"
     )
     assert code == 0, f"the suite exited {code}:\n{report}"

@@ -10,24 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Client
-from tests.gateway_support import SEED_URL_PATH, run_gateway, seed_catalog
-
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "curl", "version": "1.0.0"},
-    },
-}
-TOOLS_LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+from tests.support.api import Client
+from tests.support.gateway import SEED_URL_PATH, run_gateway, seed_catalog
+from tests.support.mcp import INIT, TOOLS_LIST, bearer, open_session
 
 
 @pytest.fixture
@@ -38,13 +23,6 @@ async def setup(client: Client, admin_token: str, database_url: str, tmp_path: P
         httpx.AsyncClient(base_url=gateway.url, timeout=10) as http,
     ):
         yield catalog, gateway, http
-
-
-async def open_session(http: httpx.AsyncClient, key: str, version: str = "2025-06-18") -> str:
-    body = {**INIT, "params": {**INIT["params"], "protocolVersion": version}}  # type: ignore[dict-item]
-    response = await http.post(SEED_URL_PATH, json=body, headers=bearer(key))
-    assert response.status_code == 200, response.text
-    return response.headers["mcp-session-id"]
 
 
 async def test_seed_curl_lines_work_verbatim(setup: Any) -> None:

@@ -13,32 +13,9 @@ import pytest
 from mcp import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import Client, auth
-from tests.gateway_support import SEED_URL_PATH, run_gateway, seed_catalog
-
-VERSION = "2026-07-28"
-META = {
-    "io.modelcontextprotocol/protocolVersion": VERSION,
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
-
-
-def modern(key: str, method: str, **extra: str) -> dict[str, str]:
-    return {
-        "Authorization": f"Bearer {key}",
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": VERSION,
-        "Mcp-Method": method,
-        **extra,
-    }
-
-
-def request(method: str, params: dict[str, Any] | None = None, meta: Any = META) -> dict[str, Any]:
-    body_params: dict[str, Any] = dict(params or {})
-    if meta is not None:
-        body_params["_meta"] = meta
-    return {"jsonrpc": "2.0", "id": 7, "method": method, "params": body_params}
+from tests.support.api import Client, auth
+from tests.support.gateway import SEED_URL_PATH, run_gateway, seed_catalog
+from tests.support.mcp import META, VERSION, modern, request
 
 
 @pytest.fixture

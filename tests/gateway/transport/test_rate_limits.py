@@ -15,10 +15,9 @@ from typing import Any
 import httpx
 import psycopg
 
-from tests.conftest import Client, auth
-from tests.gateway_support import SEED_URL_PATH, run_gateway, seed_catalog, wait_until
-from tests.test_gateway_legacy import INIT, bearer, open_session
-from tests.test_gateway_modern import modern, request
+from tests.support.api import Client, auth
+from tests.support.gateway import SEED_URL_PATH, run_gateway, seed_catalog, wait_until
+from tests.support.mcp import INIT, bearer, modern, open_session, request
 
 BASE = "/api/v1/workspaces/default"
 CALL: dict[str, Any] = {

@@ -22,10 +22,9 @@ import httpx
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tests.conftest import Client, auth
-from tests.gateway_support import FRANKFURTER, SEED_URL_PATH, run_gateway, seed_catalog, wait_until
-from tests.test_gateway_legacy import INIT, TOOLS_LIST, bearer, open_session
-from tests.test_gateway_modern import modern, request
+from tests.support.api import Client, auth
+from tests.support.gateway import FRANKFURTER, SEED_URL_PATH, run_gateway, seed_catalog, wait_until
+from tests.support.mcp import INIT, TOOLS_LIST, bearer, modern, open_session, request
 
 BASE = "/api/v1/workspaces/default"
 

@@ -4,7 +4,7 @@ Most deployed Python MCP clients are still on the 1.x line, which speaks only
 the legacy era (sessions). 1.x and 2.x cannot share a virtual environment,
 so this test builds one for the pinned 1.x release under the user's cache
 directory (``$XDG_CACHE_HOME/crank-tests``, default ``~/.cache/crank-tests``),
-reuses it on later runs, and runs tests/clients/mcp_v1_client.py with it.
+reuses it on later runs, and runs tests/support/clients/mcp_v1_client.py with it.
 """
 
 from __future__ import annotations
@@ -22,14 +22,15 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.conftest import Client
-from tests.gateway_support import SEED_URL_PATH, run_gateway, seed_catalog
-from tests.test_gateway_legacy import TOOLS_LIST, bearer
+from tests.support.api import Client
+from tests.support.gateway import SEED_URL_PATH, run_gateway, seed_catalog
+from tests.support.mcp import TOOLS_LIST, bearer
+from tests.support.paths import TESTS_DIR
 
 MCP_V1 = "1.30.0"
 # What that release sends as its latest protocol version in initialize.
 MCP_V1_PROTOCOL = "2025-11-25"
-CLIENT = Path(__file__).parent / "clients" / "mcp_v1_client.py"
+CLIENT = TESTS_DIR / "support" / "clients" / "mcp_v1_client.py"
 
 
 def _index_reachable(python: Path) -> bool:

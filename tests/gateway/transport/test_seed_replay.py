@@ -21,15 +21,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from aiohttp import web
 
 from control_plane.demo import load_demo_file
 from shared.spec import spec_to_builtins
-from tests.conftest import Client, auth
-from tests.gateway_support import SEED_URL_PATH, free_port, run_gateway, serve_upstream
-from tests.tool_call_support import BASE, ok, publish_operation
+from tests.support.api import Client, auth
+from tests.support.gateway import SEED_URL_PATH, free_port, run_gateway, serve_upstream
+from tests.support.mcp import curl_client
+from tests.support.tool_calls import BASE, ok, publish_operation
 
 # The seed's --data strings, byte for byte.
 SEED_INITIALIZE = (
@@ -95,15 +95,6 @@ async def seed_demo_rates(client: Client, admin: str, upstream_port: int) -> str
         await client.post(f"{BASE}/keys", json={"agent": "currency-rates"}, headers=auth(admin))
     )
     return str(key.json()["key"])
-
-
-def curl_client(base_url: str) -> httpx.AsyncClient:
-    """An httpx client that adds only what curl adds itself (Host, User-Agent, Content-Length)."""
-    http = httpx.AsyncClient(base_url=base_url, timeout=20)
-    for name in ("Accept", "Accept-Encoding", "Connection"):
-        del http.headers[name]
-    http.headers["User-Agent"] = "curl/8.5.0"
-    return http
 
 
 async def test_the_seed_curl_lines_replayed_byte_for_byte_call_the_upstream(

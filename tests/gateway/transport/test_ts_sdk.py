@@ -7,7 +7,7 @@
   wire; pinned to 2026-07-28 it must find that revision; in ``legacy`` mode
   it runs the 2025 handshake.
 
-One gateway serves the module (see tests.js_support.seeded_gateway).
+One gateway serves the module (see tests.support.js.seeded_gateway).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import httpx
 import pytest
 from litestar import Litestar
 
-from tests.gateway_support import SEED_URL_PATH, Catalog, Gateway
-from tests.js_support import require_node22, run_node, run_node_json, seeded_gateway
+from tests.support.gateway import SEED_URL_PATH, Catalog, Gateway
+from tests.support.js import require_node22, run_node, run_node_json, seeded_gateway
 
 TOOLS = ["frankfurter_latest_rate"]
 

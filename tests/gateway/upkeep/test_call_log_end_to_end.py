@@ -16,17 +16,10 @@ import pytest
 
 from shared.db import connect
 from shared.keys import display_prefix
-from tests.conftest import Client, auth, make_token
-from tests.gateway_support import run_gateway, wait_until
-from tests.test_gateway_legacy import bearer
-from tests.test_gateway_tools_call import (
-    PATH,
-    Upstream,
-    call_body,
-    open_session_at,
-    seed,
-    serve_rates,
-)
+from tests.support.api import Client, auth, make_token
+from tests.support.gateway import run_gateway, wait_until
+from tests.support.mcp import bearer
+from tests.support.rates import PATH, Upstream, call_body, open_session_at, seed, serve_rates
 
 CALLS = "/api/v1/workspaces/default/calls"
 FLUSH_S = 1.0  # CRANK_CALL_LOG_FLUSH_MS default

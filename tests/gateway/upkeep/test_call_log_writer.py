@@ -14,7 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 from mcp_gateway.call_log import CallLogWriter, CallRecord
 from mcp_gateway.metrics import REGISTRY
 from shared.db import Connection, connect, open_pool
-from tests.gateway_support import wait_until
+from tests.support.gateway import wait_until
 
 
 def row(number: int, *, request_id: str | None = None) -> CallRecord:

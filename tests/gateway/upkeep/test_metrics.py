@@ -11,17 +11,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mcp_gateway.metrics import method_class
-from tests.conftest import Client
-from tests.gateway_support import run_gateway
-from tests.test_gateway_legacy import bearer
-from tests.test_gateway_tools_call import (
-    PATH,
-    Upstream,
-    call_body,
-    open_session_at,
-    seed,
-    serve_rates,
-)
+from tests.support.api import Client
+from tests.support.gateway import run_gateway
+from tests.support.mcp import bearer
+from tests.support.rates import PATH, Upstream, call_body, open_session_at, seed, serve_rates
 
 AGENT = "default/rates"
 

@@ -1,7 +1,7 @@
 """Retention: old call log and audit rows, finished approvals, expired
 session ends, used confirmation tokens and idempotency records are pruned, in
 batches, by one process at a time (the approvals rule in detail:
-tests/test_approvals_sql.py)."""
+tests/gateway/approvals/test_sql.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from mcp_gateway import retention
 from mcp_gateway.retention import prune_once
 from shared.db import Connection, connect, open_pool
 from shared.settings import Settings
-from tests.gateway_support import wait_until
+from tests.support.gateway import wait_until
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ async def test_rows_past_their_retention_are_deleted_and_the_rest_kept(
     assert pruned == {
         "call_log": 2,
         "audit_log": 1,
-        "approvals": 0,  # tests/test_approvals_sql.py: finished approvals by when they finished
+        "approvals": 0,  # gateway/approvals/test_sql.py: finished approvals by when they finished
         "mcp_session_terminations": 1,
         "confirmation_uses": 0,
         "idempotency_records": 0,

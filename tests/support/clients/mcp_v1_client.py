@@ -1,6 +1,6 @@
 # mypy: ignore-errors
 # (typed against the 1.x SDK, which only the test's own virtual environment has)
-"""A 1.x MCP Python SDK client, run by tests/test_gateway_sdk_v1.py in its own
+"""A 1.x MCP Python SDK client, run by tests/gateway/transport/test_sdk_v1.py in its own
 virtual environment (the SDK's 1.x and 2.x lines cannot share one).
 
 Usage: ``python mcp_v1_client.py URL`` with the agent key in ``CRANK_AGENT_KEY``.
