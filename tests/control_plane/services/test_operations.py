@@ -23,7 +23,7 @@ from control_plane.services.secrets import delete_secret, set_secret
 from shared.crypto import SecretBox
 from shared.db import Connection, connect
 from shared.spec import AuthSpec, OperationSpec, RequestSpec
-from tests.support.db import TEST_SECRET_KEY
+from tests.support.db import TEST_SECRET_KEY, wait_until_blocked
 
 
 def spec(title: str = "Get order") -> OperationSpec:
@@ -46,19 +46,6 @@ async def conn(database_url: str) -> AsyncIterator[Connection]:
         yield connection
 
 
-async def _wait_until_blocked(watcher: Connection, pid: int) -> None:
-    """Until backend ``pid`` waits on a lock; bounded to two seconds."""
-    for _ in range(200):
-        cur = await watcher.execute(
-            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
-        )
-        row = await cur.fetchone()
-        if row is not None and row["wait_event_type"] == "Lock":
-            return
-        await asyncio.sleep(0.01)
-    pytest.fail(f"backend {pid} never waited on a lock")
-
-
 async def test_concurrent_publishes_make_exactly_one_version(
     database_url: str, ws: Workspace, conn: Connection
 ) -> None:
@@ -72,7 +59,7 @@ async def test_concurrent_publishes_make_exactly_one_version(
     ):
         won = await publish_operation(first, ws, "first", "get_order", read)  # holds the row lock
         waiting = asyncio.create_task(publish_operation(second, ws, "second", "get_order", read))
-        await _wait_until_blocked(watcher, second.info.backend_pid)
+        await wait_until_blocked(watcher, second.info.backend_pid)
         assert not waiting.done()
         await first.commit()
         lost = await asyncio.wait_for(waiting, timeout=5)
@@ -108,7 +95,7 @@ async def test_publish_waits_for_a_concurrent_delete_of_its_secret_and_then_refu
         waiting = asyncio.create_task(
             publish_operation(publisher, ws, "publisher", "get_order", read)
         )
-        await _wait_until_blocked(watcher, publisher.info.backend_pid)
+        await wait_until_blocked(watcher, publisher.info.backend_pid)
         await deleter.commit()
         with pytest.raises(ValidationFailed) as refused:
             await asyncio.wait_for(waiting, timeout=5)
