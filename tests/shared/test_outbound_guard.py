@@ -27,35 +27,10 @@ from shared.outbound import (
     UpstreamUnavailable,
 )
 from shared.ssrf import AddressPolicy, parse_allowlist
+from tests.support.sockets import LoopbackOnly, NoSockets
 
 FAST = ExecutorConfig(backoff_base_s=0.01, backoff_cap_s=0.02)
 PORT = 18443  # never listened on: nothing here connects to it
-
-
-class NoSockets:
-    """A socket factory that records the address and makes no socket."""
-
-    def __init__(self) -> None:
-        self.addresses: list[str] = []
-
-    def __call__(self, addr_info: tuple[object, ...]) -> socket.socket:
-        sockaddr = addr_info[4]
-        self.addresses.append(str(sockaddr[0]))  # type: ignore[index]
-        raise ConnectionRefusedError("test: no sockets here")
-
-
-class LoopbackOnly:
-    """A socket factory for tests that need a real answer: loopback only."""
-
-    def __init__(self) -> None:
-        self.addresses: list[str] = []
-
-    def __call__(self, addr_info: tuple[object, ...]) -> socket.socket:
-        family, type_, proto, _, sockaddr = addr_info
-        self.addresses.append(str(sockaddr[0]))  # type: ignore[index]
-        if str(sockaddr[0]) != "127.0.0.1":  # type: ignore[index]
-            raise ConnectionRefusedError("test: loopback only")
-        return socket.socket(family, type_, proto)  # type: ignore[arg-type]
 
 
 class Resolver(AbstractResolver):

@@ -13,7 +13,7 @@ import structlog
 
 from shared.metrics import REGISTRY
 from shared.periodic import PeriodicTask
-from tests.conftest import background_failures
+from tests.support.metrics import background_failures
 
 
 class Body:

@@ -1,0 +1,394 @@
+"""``crank up`` as a user runs it: a real process, the embedded PostgreSQL 18 on an
+empty data directory, real child processes, and signals that must leave nothing
+running. Plus the pieces it relies on: the 0600 dev state file and the re-use
+of saved credentials.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from control_plane.cli import devstate
+from control_plane.cli.banner import APPROVALS_HEADING
+from control_plane.cli.devkeys import ensure_admin_token, ensure_api_key
+from control_plane.cli.seed import ensure_workspace, seed_demo
+from control_plane.services.keys import revoke_api_key
+from shared.crypto import KeyHasher
+from shared.db import connect
+from shared.keys import KeyKind, generate_key, parse_key
+from tests.support.db import TEST_SECRET_KEY
+from tests.support.processes import accepts_connections, descendants, free_port, running
+
+READY_TIMEOUT_S = 90
+STOP_TIMEOUT_S = 45
+READY_MARKER = "Press Ctrl-C to stop everything."
+
+
+def get_json(url: str, token: str | None = None) -> tuple[int, Any]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url, headers=headers)  # noqa: S310 - loopback test URL
+    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+        return response.status, json.loads(response.read())
+
+
+def postmaster(pgdata: Path) -> tuple[int, str] | None:
+    """(pid, socket directory) of the embedded server, from postmaster.pid."""
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    return int(lines[0]), lines[4]
+
+
+class CrankUp:
+    """One ``crank up`` process; its stdout is read line by line on a thread."""
+
+    def __init__(
+        self, data_dir: Path, ports: dict[str, int], extra_env: dict[str, str] | None = None
+    ) -> None:
+        self.data_dir = data_dir
+        self.ports = ports
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CRANK_")}
+        env |= {
+            "CRANK_DATA_DIR": str(data_dir),
+            "CRANK_CONTROL_PLANE_PORT": str(ports["control_plane"]),
+            "CRANK_GATEWAY_PORT": str(ports["gateway"]),
+            "CRANK_DEMO_SALES_PORT": str(ports["sales"]),
+            "CRANK_METRICS_PORT": str(ports.get("metrics", free_port())),
+            **(extra_env or {}),
+        }
+        self.stderr_path = data_dir.parent / f"{data_dir.name}-stderr.log"
+        self._stderr = self.stderr_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "control_plane.cli", "up"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.output: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        with self.process.stdout:
+            for line in self.process.stdout:
+                self.lines.put(line)
+        self.lines.put(None)
+
+    def wait_ready(self) -> str:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            self.output.append(line)
+            if READY_MARKER in line:
+                return "".join(self.output)
+        pytest.fail(f"crank up did not get ready; stderr:\n{self.stderr_path.read_text()[-4000:]}")
+
+    def stop(self, sig: signal.Signals) -> int:
+        self.process.send_signal(sig)
+        try:
+            code = self.process.wait(timeout=STOP_TIMEOUT_S)
+        finally:
+            self._stderr.close()
+        return code
+
+    def kill_everything(self) -> None:
+        """Teardown after a failed test: no process may outlive it."""
+        pids = descendants(self.process.pid)
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        for pid in pids:
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+        found = postmaster(self.data_dir / "pgdata")
+        if found and running(found[0]):
+            os.kill(found[0], signal.SIGQUIT)
+        if not self._stderr.closed:
+            self._stderr.close()
+        self._reader.join(timeout=10)
+
+
+@pytest.fixture
+def crank_data_dir() -> Iterator[Path]:
+    """A short path (the embedded server's Unix socket lives in it) outside pytest's
+    basetemp, which a concurrent pytest run on the same machine may rotate away."""
+    path = Path(tempfile.mkdtemp(prefix="crank-up-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def start_crank_up(crank_data_dir: Path) -> Iterator[Any]:
+    data_dir = crank_data_dir / "data"
+    ports = {"control_plane": free_port(), "gateway": free_port(), "sales": free_port()}
+    started: list[CrankUp] = []
+
+    def start(extra_env: dict[str, str] | None = None) -> CrankUp:
+        crank_up = CrankUp(data_dir, ports, extra_env)
+        started.append(crank_up)
+        return crank_up
+
+    yield start
+    for crank_up in started:
+        crank_up.kill_everything()
+
+
+def catalog_version(socket_dir: str) -> int:
+    with psycopg.connect(f"postgresql://postgres@/postgres?host={socket_dir}") as conn:
+        row = conn.execute("SELECT version FROM catalog_state").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def check_stopped(crank_up: CrankUp, children: set[int], postmaster_pid: int) -> None:
+    assert children, "crank up started no child processes"
+    left = [pid for pid in (*children, postmaster_pid) if running(pid)]
+    assert left == [], f"still running after crank up exited: {left}"
+    for name, port in crank_up.ports.items():
+        assert not accepts_connections(port), f"{name} port {port} still accepts connections"
+
+
+def printed_curl_lines(block: str) -> list[str]:
+    return [
+        command.replace("\\\n", " ")
+        for command in re.findall(r"^\s*(curl .*?)(?=^\s*curl |\n\n|\Z)", block, re.M | re.S)
+    ]
+
+
+def check_printed_approval_curl_lines(banner: str) -> None:
+    """The seed's four approval lines; the list one runs as printed (no approvals yet)."""
+    block = banner[banner.index(APPROVALS_HEADING) :].split("\n\n")[0]
+    commands = printed_curl_lines(block)
+    assert [c.split()[1].rsplit("/", 1)[-1] for c in commands] == [
+        "approvals",
+        "<approval_id>",
+        "approve",
+        "deny",
+    ], block
+    listed = subprocess.run(["bash", "-c", commands[0]], capture_output=True, text=True, timeout=30)
+    assert json.loads(listed.stdout) == {"items": [], "next_cursor": None}, listed.stdout
+
+
+@pytest.mark.timeout(240)
+def check_printed_mcp_curl_lines(banner: str) -> None:
+    """Run the banner's MCP curl lines as printed: initialize, then tools/list with its session."""
+    mcp_block = banner[banner.index("MCP:") : banner.index(APPROVALS_HEADING)]
+    commands = printed_curl_lines(mcp_block)
+    assert len(commands) == 2, mcp_block
+    initialize = subprocess.run(
+        ["bash", "-c", commands[0]], capture_output=True, text=True, timeout=30
+    )
+    assert initialize.returncode == 0, initialize.stderr
+    assert "HTTP/1.1 200" in initialize.stdout, initialize.stdout
+    session = re.search(r"^mcp-session-id: (\S+)", initialize.stdout, re.M | re.I)
+    assert session is not None, initialize.stdout
+    listing = commands[1].replace("<MCP-Session-Id from the initialize answer>", session[1])
+    listed = subprocess.run(["bash", "-c", listing], capture_output=True, text=True, timeout=30)
+    assert json.loads(listed.stdout)["result"]["tools"][0]["name"] == "frankfurter_latest_rate"
+
+
+def test_crank_up_serves_the_demo_and_stops_everything_on_sigint(start_crank_up: Any) -> None:
+    crank_up: CrankUp = start_crank_up()
+    banner = crank_up.wait_ready()
+    cp = f"http://127.0.0.1:{crank_up.ports['control_plane']}"
+
+    token_match = re.search(r"admin token\s+(crk_admin_\S+)", banner)
+    assert token_match is not None, banner
+    token = token_match[1]
+    status, workspaces = get_json(f"{cp}/api/v1/workspaces", token)
+    assert status == 200
+    assert [w["slug"] for w in workspaces["items"]] == ["default"]
+    for slug in ("currency-rates", "sales"):
+        status, agent = get_json(f"{cp}/api/v1/workspaces/default/agents/{slug}", token)
+        assert status == 200
+        assert agent["published"] is not None
+        assert agent["published_version"] >= 1
+    status, order = get_json(f"http://127.0.0.1:{crank_up.ports['sales']}/orders/ord_123")
+    assert (status, order["status"]) == (200, "draft")
+    assert "/mcp/v1/default/currency-rates" in banner
+    assert f"curl {cp}/api/v1/workspaces -H 'Authorization: Bearer {token}'" in banner
+
+    check_printed_mcp_curl_lines(banner)
+    check_printed_approval_curl_lines(banner)
+
+    state_file = crank_up.data_dir / devstate.STATE_FILE
+    assert stat.S_IMODE(state_file.stat().st_mode) == 0o600
+    state = devstate.load_dev_state(state_file)
+    assert state is not None
+    assert state.admin_token == token
+    assert state.control_plane_url == cp
+    assert set(state.agent_keys) == {"currency-rates", "sales"}
+    assert set(state.approval_keys) == {"sales"}
+    assert all(key in banner for key in [*state.agent_keys.values(), state.approval_keys["sales"]])
+
+    children = descendants(crank_up.process.pid)
+    found = postmaster(crank_up.data_dir / "pgdata")
+    assert found is not None
+    assert running(found[0])
+
+    assert crank_up.stop(signal.SIGINT) == 0
+    check_stopped(crank_up, children, found[0])
+
+
+@pytest.mark.timeout(300)
+def test_crank_up_again_reuses_its_credentials_and_changes_nothing(start_crank_up: Any) -> None:
+    first: CrankUp = start_crank_up()
+    first_banner = first.wait_ready()
+    found = postmaster(first.data_dir / "pgdata")
+    assert found is not None
+    version_before = catalog_version(found[1])
+    assert first.stop(signal.SIGTERM) == 0
+
+    second: CrankUp = start_crank_up()
+    second_banner = second.wait_ready()
+    found = postmaster(second.data_dir / "pgdata")
+    assert found is not None
+    children = descendants(second.process.pid)
+
+    assert re.findall(r"crk_\w+", second_banner) == re.findall(r"crk_\w+", first_banner)
+    assert catalog_version(found[1]) == version_before
+    assert second.stop(signal.SIGTERM) == 0
+    check_stopped(second, children, found[0])
+
+
+@pytest.mark.timeout(180)
+def test_crank_up_uses_crank_database_url_when_set(start_crank_up: Any, database_url: str) -> None:
+    crank_up: CrankUp = start_crank_up({"CRANK_DATABASE_URL": database_url})
+    banner = crank_up.wait_ready()
+    children = descendants(crank_up.process.pid)
+
+    assert "the server in CRANK_DATABASE_URL" in banner
+    assert not (crank_up.data_dir / "pgdata").exists()
+    with psycopg.connect(database_url) as conn:
+        agents = conn.execute("SELECT slug FROM agents WHERE published IS NOT NULL").fetchall()
+    assert sorted(row[0] for row in agents) == ["currency-rates", "sales"]
+    assert crank_up.stop(signal.SIGINT) == 0
+    assert [pid for pid in children if running(pid)] == []
+
+
+def test_crank_up_with_a_taken_port_exits_2_and_starts_nothing(crank_data_dir: Path) -> None:
+    data_dir = crank_data_dir / "data"
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        ports = {
+            "control_plane": squatter.getsockname()[1],
+            "gateway": free_port(),
+            "sales": free_port(),
+        }
+        blocked = CrankUp(data_dir, ports)
+        try:
+            code = blocked.process.wait(timeout=30)
+        finally:
+            blocked.kill_everything()
+
+    assert code == 2
+    assert blocked.output == []
+    stderr = blocked.stderr_path.read_text()
+    assert "is taken; choose another with CRANK_CONTROL_PLANE_PORT" in stderr
+    assert not (data_dir / "pgdata").exists()
+
+
+def test_dev_state_file_is_created_0600_whatever_the_umask(tmp_path: Path) -> None:
+    path = tmp_path / "state" / devstate.STATE_FILE
+    previous = os.umask(0)
+    try:
+        state = devstate.load_or_create_dev_state(path)
+    finally:
+        os.umask(previous)
+
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert len(state.secret_key) >= 32
+    assert parse_key(state.admin_token) is KeyKind.ADMIN
+    assert devstate.load_or_create_dev_state(path) == state
+    path.chmod(0o644)
+    devstate.save_dev_state(state, path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_dev_state_lives_in_crank_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRANK_DATA_DIR", str(tmp_path))
+    assert devstate.dev_state_path() == tmp_path / devstate.STATE_FILE
+    assert devstate.load_dev_state() is None
+
+
+async def test_saved_dev_credentials_are_reused_and_revoked_ones_replaced(
+    database_url: str,
+) -> None:
+    hasher = KeyHasher(TEST_SECRET_KEY)
+    saved_token = generate_key(KeyKind.ADMIN)
+    async with await connect(database_url) as conn:
+        await seed_demo(conn, sales_port=18126)
+        ws = await ensure_workspace(conn, "default", "test")
+        token = await ensure_admin_token(conn, hasher, saved_token)
+        key = await ensure_api_key(
+            conn, hasher, ws, "test", agent="sales", kind="approval", saved=None
+        )
+        again = await ensure_api_key(
+            conn, hasher, ws, "test", agent="sales", kind="approval", saved=key
+        )
+        cur = await conn.execute("SELECT id FROM api_keys")
+        rows = await cur.fetchall()
+        await revoke_api_key(conn, ws, "test", rows[0]["id"])
+        await conn.execute("UPDATE admin_tokens SET revoked_at = now()")
+        replaced_key = await ensure_api_key(
+            conn, hasher, ws, "test", agent="sales", kind="approval", saved=key
+        )
+        replaced_token = await ensure_admin_token(conn, hasher, saved_token)
+        await conn.commit()
+
+    assert token == saved_token
+    assert parse_key(key) is KeyKind.APPROVAL
+    assert again == key
+    assert replaced_key != key
+    assert parse_key(replaced_key) is KeyKind.APPROVAL
+    assert replaced_token != saved_token
+
+
+def test_children_get_the_demo_api_allowlisted_not_every_private_upstream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from control_plane.cli.up import _child_env
+    from shared.settings import Settings
+
+    monkeypatch.delenv("CRANK_ALLOW_PRIVATE_UPSTREAMS", raising=False)
+    settings = Settings(upstream_allowlist=("10.0.0.5:443",))
+    env = _child_env(settings, "postgresql:///crank", TEST_SECRET_KEY, 18090)
+    assert "CRANK_ALLOW_PRIVATE_UPSTREAMS" not in env
+    assert env["CRANK_UPSTREAM_ALLOWLIST"] == "10.0.0.5:443,127.0.0.1:18090"
+
+    monkeypatch.setenv("CRANK_ALLOW_PRIVATE_UPSTREAMS", "false")
+    env = _child_env(Settings(), "postgresql:///crank", TEST_SECRET_KEY, 18090)
+    assert env["CRANK_ALLOW_PRIVATE_UPSTREAMS"] == "false"  # the user's choice stands
+    assert env["CRANK_UPSTREAM_ALLOWLIST"] == "127.0.0.1:18090"

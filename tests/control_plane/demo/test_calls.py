@@ -1,0 +1,163 @@
+"""The demo's tools called: offline frankfurter, and the demo sales API through a gateway.
+
+Offline, the demo's real frankfurter operation must fail as a structured
+``upstream_unavailable``, not crash. That is proven in-process, so that no
+test ever resolves or dials api.frankfurter.dev: the operation as the demo
+seed stores it, compiled by shared.compiler and executed by the gateway's
+UpstreamExecutor whose resolver fails as an offline resolver does, and whose
+socket factory records any address it is asked for and makes no socket.
+
+The sales GET operations run end to end: the demo sales API on a free
+loopback port, the demo seeded as ``crank seed-demo`` seeds it (its sales
+URLs on that port), a gateway allowlisting exactly that port (as ``crank up``
+does), the demo's sales agent key. The approval and DELETE operations of the
+sales agent are called in tests/gateway/approvals/test_endpoints.py and
+tests/gateway/pipeline/test_confirmation.py.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+from pathlib import Path
+from typing import cast
+
+import httpx
+import pytest
+from aiohttp.abc import AbstractResolver, ResolveResult
+
+from control_plane.demo import load_demo_file
+from shared.compiler import compile_operation
+from shared.errors import ErrorCode, ToolError
+from shared.outbound import OutboundError, UpstreamExecutor
+from shared.spec import operation_from_builtins, spec_to_builtins
+from shared.ssrf import AddressPolicy
+from tests.support.gateway import demo_gateway
+from tests.support.tool_calls import ERAS, Caller, assert_tool_error
+
+FRANKFURTER_HOST = "api.frankfurter.dev"
+
+
+class OfflineResolver(AbstractResolver):
+    """Fails every lookup with ``failure``; ``answer`` instead returns that
+    address (a name still in some cache while the network is down)."""
+
+    def __init__(self, failure: OSError | None, answer: str | None = None) -> None:
+        self.failure, self.answer = failure, answer
+        self.asked: list[str] = []
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        self.asked.append(host)
+        if self.failure is not None:
+            raise self.failure
+        assert self.answer is not None
+        return [
+            ResolveResult(
+                hostname=host,
+                host=self.answer,
+                port=port,
+                family=socket.AF_INET,
+                proto=0,
+                flags=socket.AI_NUMERICHOST,
+            )
+        ]
+
+    async def close(self) -> None:
+        pass
+
+
+class NoNetwork:
+    """A socket factory without a network: records the address, makes no socket."""
+
+    def __init__(self) -> None:
+        self.addresses: list[str] = []
+
+    def __call__(self, addr_info: tuple[object, ...]) -> socket.socket:
+        self.addresses.append(str(addr_info[4][0]))  # type: ignore[index]
+        raise OSError(errno.ENETUNREACH, "Network is unreachable")
+
+
+@pytest.mark.parametrize(
+    ("failure", "answer"),
+    [
+        (socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution"), None),
+        (socket.gaierror(socket.EAI_NONAME, "Name or service not known"), None),
+        (OSError(errno.ENETUNREACH, "Network is unreachable"), None),
+        (None, "93.184.216.34"),  # resolved from a cache, but no route out
+    ],
+    ids=["eai-again", "eai-noname", "enetunreach", "cached-name-no-route"],
+)
+async def test_offline_the_demo_frankfurter_call_is_upstream_unavailable(
+    failure: OSError | None, answer: str | None
+) -> None:
+    demo = next(
+        op for op in load_demo_file(8090).operations if op.name == "frankfurter_latest_rate"
+    )
+    spec = operation_from_builtins(
+        spec_to_builtins(demo)
+    )  # as the seed stores and the gateway reads it
+    compiled = compile_operation(spec)
+    built = compiled.build(compiled.validate({"base": "USD", "quote": "EUR"}))
+    assert (built.method, built.url) == (
+        "GET",
+        f"https://{FRANKFURTER_HOST}/v1/latest?base=USD&symbols=EUR",
+    )
+    resolver, network = OfflineResolver(failure, answer), NoNetwork()
+    # The gateway's default policy and executor configuration (no allowlist needed: public).
+    executor = UpstreamExecutor(AddressPolicy(), resolver=resolver, socket_factory=network)
+    async with executor:
+        with pytest.raises(OutboundError) as caught:
+            await executor.execute(compiled.upstream_request(built))
+
+    code = cast(ErrorCode, caught.value.code)  # as mcp_gateway.tool_call maps it
+    structured = ToolError.of(code, request_id="req_offline").to_structured()
+    assert (structured["error_code"], structured["recoverable"]) == ("upstream_unavailable", True)
+    attempts = spec.execution_config.retries + 1  # a GET: every attempt was made, none hung
+    assert caught.value.attempts == attempts
+    # A name that resolved is cached by the connector (and judged again from the cache).
+    assert resolver.asked == [FRANKFURTER_HOST] * (attempts if answer is None else 1)
+    assert network.addresses == ([] if answer is None else [answer] * attempts)  # no socket made
+
+
+async def test_the_demo_sales_api_answers_the_sales_get_operations(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with (
+        demo_gateway(database_url, tmp_path) as demo,  # allowlists exactly the demo API
+        httpx.AsyncClient(base_url=demo.gateway.url, timeout=20) as http,
+    ):
+        caller = Caller(http, "/mcp/v1/default/sales", demo.agent_key)
+        for era in ERAS:
+            order = await caller.call(era, "sales_get_order", {"order_id": "ord_456"})
+            assert order["isError"] is False, order
+            assert order["structuredContent"] == {
+                "order_id": "ord_456",
+                "status": "paid",
+                "customer_id": "cus_123",
+                "amount": 4999,
+                "refunded_amount": 0,
+                "currency": "EUR",
+            }
+
+            missing = await caller.call(era, "sales_get_order", {"order_id": "ord_999"})
+            assert_tool_error(missing, "upstream_not_found")
+
+            invalid = await caller.call(era, "sales_get_order", {"order_id": "../orders"})
+            assert_tool_error(invalid, "invalid_arguments")
+
+            listed = await caller.call(era, "sales_list_orders", {"customer_id": "cus_123"})
+            assert listed["isError"] is False, listed
+            orders = [
+                {"order_id": "ord_123", "status": "draft", "amount": 1200, "currency": "EUR"},
+                {"order_id": "ord_456", "status": "paid", "amount": 4999, "currency": "EUR"},
+            ]
+            # An array result is wrapped as {"items": [...]} for the 2025 protocol versions.
+            expected = orders if era == "modern" else {"items": orders}
+            assert listed["structuredContent"] == expected
+
+            paid = await caller.call(era, "sales_list_orders", {"status": "paid"})
+            items = paid["structuredContent"]
+            items = items if era == "modern" else items["items"]
+            assert [o["order_id"] for o in items] == ["ord_456", "ord_789"]

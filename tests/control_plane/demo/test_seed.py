@@ -1,0 +1,134 @@
+"""The demo seed: a valid file, published by ``crank seed-demo``, idempotent."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from typing import Any
+
+import pytest
+
+from control_plane.cli.seed import seed_demo
+from control_plane.demo import demo_sales_port, load_demo_file
+from control_plane.services.apply import check_file
+from shared.db import connect
+from shared.settings import SettingsError
+from tests.support.api import Client, auth
+
+
+def test_demo_file_is_valid_and_calls_the_given_sales_port() -> None:
+    file = load_demo_file(18123)
+
+    assert check_file(file) == []
+    sales_urls = [op.request.url for op in file.operations if op.name.startswith("sales_")]
+    assert sales_urls
+    assert all(url.startswith("http://127.0.0.1:18123/") for url in sales_urls)
+
+
+def test_demo_file_has_the_documented_agents_and_safety() -> None:
+    file = load_demo_file(8090)
+    operations = {op.name: op for op in file.operations}
+    agents = {agent.slug: agent.operations for agent in file.agents}
+
+    assert agents["currency-rates"] == ["frankfurter_latest_rate"]
+    assert (
+        operations["frankfurter_latest_rate"].request.url == "https://api.frankfurter.dev/v1/latest"
+    )
+    assert operations["frankfurter_latest_rate"].request.query == {
+        "base": "base",
+        "symbols": "quote",
+    }
+    refund = operations["sales_create_refund"]
+    assert refund.safety.approval is True
+    assert refund.execution_config.idempotency is not None
+    assert refund.execution_config.idempotency.argument == "request_id"
+    assert refund.execution_config.idempotency.header == "Idempotency-Key"
+    delete = operations["sales_delete_draft_order"]
+    assert delete.request.method == "DELETE"
+    assert delete.confirmation_required()
+    assert {"sales_get_order", "sales_create_refund", "sales_delete_draft_order"} <= set(
+        agents["sales"]
+    )
+
+
+def test_every_demo_parameter_is_described() -> None:
+    for op in load_demo_file(8090).operations:
+        for name, schema in op.input["properties"].items():
+            assert schema.get("description"), f"{op.name}.{name} has no description"
+
+
+def test_demo_sales_port_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CRANK_DEMO_SALES_PORT", raising=False)
+    assert demo_sales_port() == 8090
+    monkeypatch.setenv("CRANK_DEMO_SALES_PORT", "18555")
+    assert demo_sales_port() == 18555
+    monkeypatch.setenv("CRANK_DEMO_SALES_PORT", "eighty")
+    with pytest.raises(SettingsError):
+        demo_sales_port()
+
+
+async def _snapshot(database_url: str) -> dict[str, Any]:
+    """Everything a seed could change: rows, revisions, versions, audit, catalog version."""
+    async with await connect(database_url) as conn:
+        queries = {
+            "catalog": "SELECT version FROM catalog_state",
+            "audit": "SELECT count(*) AS n FROM audit_log",
+            "workspaces": "SELECT slug, title FROM workspaces ORDER BY slug",
+            "operations": "SELECT name, revision, latest_version FROM operations ORDER BY name",
+            "versions": "SELECT count(*) AS n FROM operation_versions",
+            "agents": "SELECT slug, revision, published_version FROM agents ORDER BY slug",
+        }
+        snapshot = {}
+        for key, query in queries.items():
+            cur = await conn.execute(query)
+            snapshot[key] = await cur.fetchall()
+    return snapshot
+
+
+async def _seed_demo_command(database_url: str) -> str:
+    env = {**os.environ, "CRANK_DATABASE_URL": database_url, "CRANK_DEMO_SALES_PORT": "18124"}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "control_plane.cli",
+        "seed-demo",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
+    assert process.returncode == 0, stderr.decode()
+    return stdout.decode()
+
+
+async def test_seed_demo_twice_changes_nothing_the_second_time(database_url: str) -> None:
+    first_output = await _seed_demo_command(database_url)
+    after_first = await _snapshot(database_url)
+    second_output = await _seed_demo_command(database_url)
+    after_second = await _snapshot(database_url)
+
+    assert "changed" in first_output.splitlines()[0]
+    assert "unchanged" in second_output.splitlines()[0]
+    assert after_second == after_first
+    assert after_first["workspaces"] == [{"slug": "default", "title": "Demo"}]
+    assert after_first["versions"] == [{"n": 5}]
+    assert {row["slug"] for row in after_first["agents"]} == {"currency-rates", "sales"}
+
+
+async def test_seeded_demo_agents_are_published(
+    database_url: str, client: Client, admin_token: str
+) -> None:
+    async with await connect(database_url) as conn:
+        plan = await seed_demo(conn, sales_port=18125)
+        await conn.commit()
+
+    assert plan.changed
+    for slug in ("currency-rates", "sales"):
+        response = await client.get(
+            f"/api/v1/workspaces/default/agents/{slug}", headers=auth(admin_token)
+        )
+        assert response.status_code == 200
+        agent = response.json()
+        assert agent["published"] is not None
+        assert agent["published"]["operations"] == agent["draft"]["operations"]

@@ -1,0 +1,37 @@
+"""The control plane's API as the tests call it: the client type, tokens, headers."""
+
+from __future__ import annotations
+
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+
+from control_plane.services.tokens import create_admin_token
+from shared.crypto import KeyHasher
+from shared.db import connect
+from tests.support.db import TEST_SECRET_KEY
+
+Client = AsyncTestClient[Litestar]
+
+
+async def make_token(
+    database_url: str, role: str, workspace: str | None = None, name: str | None = None
+) -> str:
+    """A new admin token with ``role`` (in ``workspace``, for workspace roles)."""
+    async with await connect(database_url) as conn:
+        issued = await create_admin_token(
+            conn,
+            KeyHasher(TEST_SECRET_KEY),
+            name=name or f"test-{role}",
+            role=role,
+            workspace=workspace,
+        )
+        await conn.commit()
+    return issued.token
+
+
+def auth(token: str, etag: str | None = None) -> dict[str, str]:
+    """The Authorization header, and If-Match when an ETag is given."""
+    headers = {"Authorization": f"Bearer {token}"}
+    if etag is not None:
+        headers["If-Match"] = etag
+    return headers

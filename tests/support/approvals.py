@@ -1,0 +1,232 @@
+"""Approvals as the tests set them up: an upstream shop that records (and can
+hold) every request, its operation published behind approval, and approved
+rows inserted the way the approval gate stores them."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from psycopg.types.json import Jsonb
+
+from mcp_gateway.approvals import leases
+from shared.canonical import arguments_hash
+from shared.compiler import compile_operation
+from shared.db import Connection, connect
+from shared.spec import operation_from_builtins
+from tests.support.api import Client, auth
+from tests.support.gateway import free_port, serve_upstream
+from tests.support.tool_calls import BASE, ok, publish_agent, publish_operation
+
+TOKEN = "shop-token-7f3a9c"  # the workspace secret SHOP_TOKEN
+TOOL = "create_order"
+_ids = itertools.count(1)
+
+
+def order_spec(port: int, *, timeout_ms: int = 5000) -> dict[str, Any]:
+    """create_order at the shop on ``port``: approval required, idempotency key sent."""
+    return {
+        "name": TOOL,
+        "description": (
+            "Creates an order for one item. Use when the user confirms a purchase. "
+            "Returns the order id and item."
+        ),
+        "input": {
+            "type": "object",
+            "properties": {
+                "item": {"type": "string", "description": "Item code, e.g. sku-1"},
+                "request_id": {"type": "string", "description": "Idempotency key, e.g. r-1"},
+            },
+            "required": ["item", "request_id"],
+            "additionalProperties": False,
+        },
+        "request": {
+            "method": "POST",
+            "url": f"http://127.0.0.1:{port}/orders",
+            "auth": {"type": "bearer", "secret": "SHOP_TOKEN"},
+        },
+        "response": {"select": "{id: id, item: item}"},
+        "execution_config": {
+            "timeout_ms": timeout_ms,
+            "retries": 0,
+            "idempotency": {"argument": "request_id", "header": "Idempotency-Key"},
+        },
+        "safety": {"approval": True},
+    }
+
+
+@dataclass
+class Seen:
+    """One request the shop received."""
+
+    key: str | None  # the Idempotency-Key header
+    authorization: str | None
+    body: Any
+
+
+@dataclass
+class Shop:
+    """An upstream that records every request; the next ``hold`` requests wait for ``gate``."""
+
+    port: int = field(default_factory=free_port)
+    seen: list[Seen] = field(default_factory=list)
+    hold: int = 0
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+    entered: asyncio.Event = field(default_factory=asyncio.Event)
+    cancelled: int = 0  # held requests whose client went away
+    status: int = 201
+    answer: str | None = None  # a raw body instead of the order
+
+    async def orders(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.seen.append(
+            Seen(request.headers.get("Idempotency-Key"), request.headers.get("Authorization"), body)
+        )
+        if self.hold > 0:
+            self.hold -= 1
+            self.entered.set()
+            try:
+                await self.gate.wait()
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+        if self.answer is not None:
+            return web.Response(text=self.answer, status=self.status)
+        return web.json_response(
+            {"id": f"ord-{len(self.seen)}", "item": body["item"], "noise": "x"}, status=self.status
+        )
+
+
+@asynccontextmanager
+async def serve_shop() -> AsyncIterator[Shop]:
+    state = Shop()
+    app = web.Application()
+    app.router.add_post("/orders", state.orders)
+    async with serve_upstream(app, state.port, handler_cancellation=True):
+        try:
+            yield state
+        finally:
+            state.gate.set()  # held requests end before the server does
+
+
+async def publish_shop(client: Client, admin: str, port: int, *, timeout_ms: int = 5000) -> None:
+    """Workspace default: the SHOP_TOKEN secret, create_order (approval), agent sales."""
+    h = auth(admin)
+    await ok(await client.post("/api/v1/workspaces", json={"slug": "default"}, headers=h))
+    await ok(await client.put(f"{BASE}/secrets/SHOP_TOKEN", json={"value": TOKEN}, headers=h))
+    await publish_operation(client, admin, order_spec(port, timeout_ms=timeout_ms))
+    await publish_agent(client, admin, "sales", [TOOL])
+
+
+async def insert_approved(
+    database_url: str,
+    count: int = 1,
+    *,
+    max_attempts: int = 3,
+    secret: str = TOKEN,
+    tamper: bool = False,
+    notify: bool = False,
+) -> list[str]:
+    """``count`` approved rows of create_order, stored as the approval gate stores them:
+    the validated arguments and ``BuiltRequest.redacted()``; pending, then approved."""
+    async with await connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute(
+            """SELECT o.id, o.workspace_id, v.version, v.spec, a.id AS agent_id
+                 FROM operations o
+                 JOIN operation_versions v ON v.operation_id = o.id AND v.version = o.latest_version
+                 JOIN agents a ON a.workspace_id = o.workspace_id AND a.slug = 'sales'
+                WHERE o.name = %s""",
+            (TOOL,),
+        )
+        op = await cur.fetchone()
+        assert op is not None
+        compiled = compile_operation(operation_from_builtins(op["spec"]))
+        rows = []
+        for _ in range(count):
+            n = next(_ids)
+            arguments = compiled.validate({"item": f"sku-{n}", "request_id": f"req-{n}"})
+            request = compiled.build(arguments, {"SHOP_TOKEN": secret}).redacted()
+            if tamper:
+                request["url"] += "?extra=1"
+            rows.append(
+                (
+                    f"approval_test{n:06d}",
+                    op["workspace_id"],
+                    op["agent_id"],
+                    op["id"],
+                    TOOL,
+                    op["version"],
+                    Jsonb(arguments),
+                    arguments_hash(arguments),
+                    Jsonb(request),
+                    max_attempts,
+                )
+            )
+        async with conn.cursor() as insert:
+            await insert.executemany(
+                """INSERT INTO approvals (id, workspace_id, agent_id, operation_id, tool, version,
+                                          arguments, arguments_hash, request, max_attempts,
+                                          expires_at)
+                   VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, now() + interval '1 hour')""",
+                rows,
+            )
+        ids = [row[0] for row in rows]
+        cur = await conn.execute(
+            """UPDATE approvals SET status = 'approved', decided_at = now(),
+                      decided_by = 'crk_approval_t'
+                WHERE id = ANY(%s) AND status = 'pending'""",
+            (ids,),
+        )
+        assert cur.rowcount == count
+        if notify:
+            await conn.execute(f"NOTIFY {leases.CHANNEL}")
+    return ids
+
+
+async def fetch(database_url: str, approval_id: str) -> dict[str, Any]:
+    """The approval's status, attempt, lease and result columns."""
+    async with await connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute(
+            """SELECT status, attempt, lease_owner, lease_expires_at, response_payload,
+                      completed_at FROM approvals WHERE id = %s""",
+            (approval_id,),
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return row
+
+
+async def execute(database_url: str, sql: str, *params: Any) -> int:
+    """One statement in autocommit; the rows it changed."""
+    async with await connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute(sql.encode(), params)
+        return cur.rowcount
+
+
+async def expire_lease(database_url: str, approval_id: str) -> None:
+    """The lease runs out now (executing → executing, the renewal edge)."""
+    changed = await execute(
+        database_url,
+        "UPDATE approvals SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
+        approval_id,
+    )
+    assert changed == 1
+
+
+async def status_is(database_url: str, approval_id: str, status: str) -> bool:
+    return bool((await fetch(database_url, approval_id))["status"] == status)
+
+
+async def behind_the_trigger(conn: Connection, statement: str, params: Any = ()) -> None:
+    """Run an UPDATE the transition trigger would skip (e.g. backdating a pending
+    row's times): the trigger is off only inside this transaction, which holds
+    the table's exclusive lock, so no other session ever sees it off."""
+    async with conn.transaction():
+        await conn.execute("ALTER TABLE approvals DISABLE TRIGGER approvals_transition")
+        await conn.execute(statement.encode(), params)
+        await conn.execute("ALTER TABLE approvals ENABLE TRIGGER approvals_transition")

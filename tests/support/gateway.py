@@ -1,0 +1,270 @@
+"""Real gateway processes for the tests: granian serving mcp_gateway.app, the
+catalog set up through the real control-plane API, stand-in upstreams on
+loopback, and the demo (sales API, seed, allowlisting gateway)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, MutableMapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+import structlog
+from aiohttp import web
+
+from control_plane.cli.devkeys import ensure_api_key
+from control_plane.cli.seed import ensure_workspace, seed_demo
+from control_plane.demo import DEMO_WORKSPACE
+from control_plane.demo.sales_api import create_app as create_sales_app
+from shared.crypto import KeyHasher
+from shared.db import connect
+from tests.support.api import Client, auth
+from tests.support.db import TEST_SECRET_KEY
+
+SEED_URL_PATH = "/mcp/v1/default/currency-rates"
+
+FRANKFURTER: dict[str, Any] = {
+    "name": "frankfurter_latest_rate",
+    "title": "Latest exchange rate",
+    "description": (
+        "Gets the latest exchange rate between two currencies. Use when the user asks what one "
+        "currency is worth in another today. Returns base, date and rates."
+    ),
+    "input": {
+        "type": "object",
+        "properties": {
+            "base": {"type": "string", "pattern": "^[A-Z]{3}$", "description": "ISO 4217 from"},
+            "quote": {"type": "string", "pattern": "^[A-Z]{3}$", "description": "ISO 4217 to"},
+        },
+        "required": ["base", "quote"],
+        "additionalProperties": False,
+    },
+    "request": {
+        "method": "GET",
+        "url": "https://api.frankfurter.dev/v1/latest",
+        "query": {"base": "base", "symbols": "quote"},
+    },
+    "response": {"select": "{base: base, date: date, rates: rates}"},
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@asynccontextmanager
+async def serve_upstream(
+    app: web.Application, port: int | None = None, *, handler_cancellation: bool = False
+) -> AsyncIterator[int]:
+    """``app`` served on 127.0.0.1:``port`` (a free one by default) for the block; yields
+    the port. ``handler_cancellation``: a caller that drops the connection cancels the
+    handler."""
+    port = free_port() if port is None else port
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=handler_cancellation)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        yield port
+    finally:
+        await runner.cleanup()
+
+
+@dataclass
+class Catalog:
+    admin: str
+    agent_key: str  # currency-rates
+    other_key: str  # agent "other" in the same workspace
+    approval_key: str  # currency-rates, kind approval
+
+
+async def seed_catalog(client: Client, admin: str) -> Catalog:
+    """Workspace default: currency-rates (published, frankfurter), other (published), draft-only."""
+    h = auth(admin)
+
+    async def ok(response: Any) -> Any:
+        assert response.is_success, response.text
+        return response
+
+    await ok(await client.post("/api/v1/workspaces", json={"slug": "default"}, headers=h))
+    base = "/api/v1/workspaces/default"
+    op = await ok(await client.post(f"{base}/operations", json=FRANKFURTER, headers=h))
+    await ok(
+        await client.post(
+            f"{base}/operations/frankfurter_latest_rate/publish",
+            headers=auth(admin, op.headers["etag"]),
+        )
+    )
+    keys: dict[str, str] = {}
+    for slug in ("currency-rates", "other", "unpublished"):
+        body = {
+            "slug": slug,
+            "title": slug.title(),
+            "description": f"The {slug} agent.",
+            "operations": ["frankfurter_latest_rate"],
+        }
+        agent = await ok(await client.post(f"{base}/agents", json=body, headers=h))
+        if slug != "unpublished":
+            await ok(
+                await client.post(
+                    f"{base}/agents/{slug}/publish", headers=auth(admin, agent.headers["etag"])
+                )
+            )
+        created = await ok(await client.post(f"{base}/keys", json={"agent": slug}, headers=h))
+        keys[slug] = created.json()["key"]
+    approval = await ok(
+        await client.post(
+            f"{base}/keys", json={"agent": "currency-rates", "kind": "approval"}, headers=h
+        )
+    )
+    return Catalog(admin, keys["currency-rates"], keys["other"], approval.json()["key"])
+
+
+@dataclass
+class Gateway:
+    process: subprocess.Popen[bytes]
+    port: int
+    metrics_port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def _spawn(port: int, env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("wb") as log_file:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "granian",
+                "--interface",
+                "asgi",
+                "--factory",
+                "--no-ws",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "mcp_gateway.app:create_app",
+            ],
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+@asynccontextmanager
+async def run_gateway(
+    database_url: str,
+    tmp_path: Path,
+    *,
+    refresh_ms: int = 5000,
+    extra_env: dict[str, str] | None = None,
+) -> AsyncIterator[Gateway]:
+    port, metrics_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRANK_")}
+    env |= {
+        "CRANK_DATABASE_URL": database_url,
+        "CRANK_SECRET_KEY": TEST_SECRET_KEY,
+        "CRANK_MCP_REFRESH_MS": str(refresh_ms),
+        "CRANK_METRICS_PORT": str(metrics_port),
+        **(extra_env or {}),
+    }
+    log_path = tmp_path / f"gateway-{port}.log"
+    process = _spawn(port, env, log_path)
+    gateway = Gateway(process, port, metrics_port, log_path)
+    try:
+        deadline = time.monotonic() + 30
+        async with httpx.AsyncClient() as http:
+            while True:
+                assert process.poll() is None, f"gateway exited: {gateway.log()}"
+                try:
+                    if (await http.get(f"{gateway.url}/readyz")).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, f"gateway not ready: {gateway.log()}"
+                await asyncio.sleep(0.1)
+        yield gateway
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+
+
+@dataclass
+class DemoGateway:
+    gateway: Gateway
+    sales_port: int  # the demo sales API (control_plane.demo.sales_api)
+    agent_key: str  # the demo's sales agent
+    approval_key: str  # sales, kind approval
+
+
+@asynccontextmanager
+async def demo_gateway(database_url: str, tmp_path: Path) -> AsyncIterator[DemoGateway]:
+    """The demo as ``crank up`` runs it: the demo sales API on a free loopback port, the
+    demo seeded as ``crank seed-demo`` seeds it (its sales URLs on that port), and a
+    gateway allowlisting exactly that port. ``database_url``'s schema must be migrated."""
+    async with serve_upstream(create_sales_app()) as sales_port:
+        async with await connect(database_url) as conn:
+            await seed_demo(conn, sales_port=sales_port)
+            workspace = await ensure_workspace(conn, DEMO_WORKSPACE, "tests")
+            hasher = KeyHasher(TEST_SECRET_KEY)
+            agent_key = await ensure_api_key(
+                conn, hasher, workspace, "tests", agent="sales", kind="agent", saved=None
+            )
+            approval_key = await ensure_api_key(
+                conn, hasher, workspace, "tests", agent="sales", kind="approval", saved=None
+            )
+            await conn.commit()
+        env = {"CRANK_UPSTREAM_ALLOWLIST": f"127.0.0.1:{sales_port}"}
+        async with run_gateway(database_url, tmp_path, extra_env=env) as gateway:
+            yield DemoGateway(gateway, sales_port, agent_key, approval_key)
+
+
+async def wait_until(predicate: Any, timeout_s: float = 10.0, interval_s: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(interval_s)
+
+
+class Background(Protocol):
+    """An owner of a background loop (shared.periodic), e.g. retention.Pruner."""
+
+    def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+async def run_until(
+    loop: Background, predicate: Any, timeout_s: float = 10.0
+) -> list[MutableMapping[str, Any]]:
+    """Start ``loop``, wait until ``predicate()`` holds, stop it; returns what was logged."""
+    with structlog.testing.capture_logs() as logs:
+        loop.start()
+        try:
+            await wait_until(predicate, timeout_s)
+        finally:
+            await loop.stop()
+    return logs
