@@ -25,8 +25,8 @@ import msgspec
 from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
 
-from control_plane.auth import Role, Workspace
-from control_plane.errors import Conflict, Forbidden, LintFailed, NotFound, ValidationFailed
+from control_plane.auth import Workspace
+from control_plane.errors import Conflict, LintFailed, NotFound, ValidationFailed
 from control_plane.etag import Precondition, check_revision
 from control_plane.lint import Finding, has_errors, lint_agent, to_field_errors
 from control_plane.services.audit import record
@@ -337,16 +337,11 @@ async def delete_agent(
 ) -> None:
     """Delete the agent; its API keys go with it (ON DELETE CASCADE).
 
-    Owners only: keys are the owner's to manage, and this deletes them. The
-    catalog is bumped unless the gateways cannot tell the difference: an agent
-    that is not published and has no keys serves nothing and authenticates
-    no one.
+    Owners only (the route declares it): keys are the owner's to manage, and
+    this deletes them. The catalog is bumped unless the gateways cannot tell
+    the difference: an agent that is not published and has no keys serves
+    nothing and authenticates no one.
     """
-    if ws.role < Role.OWNER:
-        raise Forbidden(
-            f"deleting an agent deletes its API keys: this needs the owner role in workspace "
-            f"{ws.slug!r}; you are {ws.role.name.lower()}"
-        )
     current = await _lock_agent(conn, ws, slug)
     if expected is not None:
         check_revision(expected, current.id, current.revision, f"agent {slug!r}")
