@@ -19,28 +19,15 @@ from litestar.status_codes import HTTP_200_OK
 
 from control_plane.auth import Role
 from control_plane.deps import CurrentWorkspace, DbConn
-from control_plane.lint import Finding, check_and_lint_file
+from control_plane.lint import Finding
 from control_plane.services.agents import lint_agent_draft, require_agent
-from control_plane.services.apply import check_file
-from control_plane.services.operations import lint_stored, require_operation, serving_specs
+from control_plane.services.apply import lint_in_workspace
+from control_plane.services.operations import lint_stored, require_operation
 from shared.spec import CrankFile
-from shared.spec_validation import FieldError
 
 
 class LintReport(msgspec.Struct, kw_only=True):
     findings: list[Finding]
-
-
-def _unbound(file: CrankFile, known: set[str]) -> list[FieldError]:
-    return [
-        FieldError(
-            f"agents[{index}].operations[{position}]",
-            f"no operation named {name!r} in the file or the workspace",
-        )
-        for index, agent in enumerate(file.agents)
-        for position, name in enumerate(agent.operations)
-        if name not in known
-    ]
 
 
 @post(
@@ -58,11 +45,7 @@ def _unbound(file: CrankFile, known: set[str]) -> list[FieldError]:
 async def lint_file_route(
     ws: CurrentWorkspace, data: JSONBody[CrankFile], conn: DbConn
 ) -> LintReport:
-    in_file = {op.name for op in data.operations}
-    bound_only = sorted({name for agent in data.agents for name in agent.operations} - in_file)
-    stored = await serving_specs(conn, ws.id, bound_only)
-    invalid = check_file(data) + _unbound(data, in_file | set(stored))
-    return LintReport(findings=check_and_lint_file(data, invalid, stored))
+    return LintReport(findings=await lint_in_workspace(conn, ws, data))
 
 
 @get(
