@@ -92,7 +92,7 @@ def check_declared_access(routes: Iterable[BaseRoute], under: str, public: str) 
         for route in routes
         if isinstance(route, HTTPRoute)
         and route.path.startswith(f"{under}/")
-        and not route.path.startswith(public)
+        and not (route.path == public or route.path.startswith(f"{public}/"))
         for handler in route.route_handlers
         if handler.http_methods != {"OPTIONS"}
         and (problem := access_problem(route, handler)) is not None

@@ -2,8 +2,9 @@
 caller, the path's workspace at the role the route declares, and ``If-Match``.
 
 They run one after the other (each needs the one before), which gives the
-status precedence: 401 (no valid token) → 404 (no such workspace, or no role
-in it) → 403 (a role below the route's) → 428 (a write without ``If-Match``).
+status precedence (docs/architecture.md, "Status precedence"): 401 (no valid
+token) → 404 (no such workspace, or no role in it) → 403 (a role below the
+route's) → 428 (a write without ``If-Match``).
 """
 
 from __future__ import annotations
