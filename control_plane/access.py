@@ -1,4 +1,5 @@
-"""Who may call each admin route: declared once on the route, checked by its dependencies.
+"""Who may call each admin route: declared once on the route, checked by its
+dependencies (docs/architecture.md, "Roles").
 
 Every handler of the admin API names its callers in its decorator with
 ``access=`` (Litestar keeps extra decorator keywords in the handler's ``opt``):
