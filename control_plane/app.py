@@ -10,6 +10,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
+from control_plane.access import check_declared_access
 from control_plane.deps import CrankState, dependencies
 from control_plane.errors import exception_handlers
 from control_plane.request_checks import check_request
@@ -24,6 +25,7 @@ from shared.settings import Settings, SettingsError, load_settings
 from shared.ssrf import AddressPolicy
 
 API_PREFIX = "/api/v1"
+SCHEMA_PATH = f"{API_PREFIX}/schema"  # the OpenAPI document and docs page, served without a token
 
 
 @get("/healthz", include_in_schema=False, sync_to_thread=False)
@@ -73,7 +75,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             await state.executor.close()
             await pool.close()
 
-    return Litestar(
+    app = Litestar(
         route_handlers=[healthz, readyz, Router(API_PREFIX, route_handlers=route_handlers)],
         dependencies=dependencies,
         exception_handlers=exception_handlers,
@@ -85,7 +87,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             title="Crank control plane",
             version="1",
             description="Admin API: operations, agents, keys, secrets, the audit log and the call log.",
-            path=f"{API_PREFIX}/schema",
+            path=SCHEMA_PATH,
             render_plugins=[
                 JsonRenderPlugin(path="/openapi.json"),
                 SwaggerRenderPlugin(path="/docs"),
@@ -100,3 +102,5 @@ def create_app(settings: Settings | None = None) -> Litestar:
             security=[{"adminToken": []}],
         ),
     )
+    check_declared_access(app.routes, under=API_PREFIX, public=SCHEMA_PATH)
+    return app

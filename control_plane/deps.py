@@ -1,15 +1,39 @@
-"""Litestar dependencies every route uses: the process state, a connection, the caller."""
+"""Litestar dependencies every route uses: the process state, a connection, the
+caller, the path's workspace at the role the route declares, and ``If-Match``.
+
+They run one after the other (each needs the one before), which gives the
+status precedence (docs/architecture.md, "Status precedence"): 401 (no valid
+token) → 404 (no such workspace, or no role in it) → 403 (a role below the
+route's) → 428 (a write without ``If-Match``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Request
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
+from litestar.exceptions import ImproperlyConfiguredException
+from litestar.params import FromPath, HeaderParameter
 
-from control_plane.auth import Principal, authenticate, bearer_token
+from control_plane.access import (
+    CALLER_DEPENDENCY,
+    INSTANCE_ADMIN,
+    WORKSPACE_DEPENDENCY,
+    declared_access,
+)
+from control_plane.auth import (
+    Principal,
+    Role,
+    Workspace,
+    authenticate,
+    bearer_token,
+    load_workspace,
+    require_instance_admin,
+)
+from control_plane.etag import Precondition, parse_if_match
 from control_plane.state import AppState
 from shared.db import Connection
 
@@ -17,6 +41,18 @@ from shared.db import Connection
 DbConn = NamedDependency[Connection]
 Caller = NamedDependency[Principal]
 CrankState = NamedDependency[AppState]
+CurrentWorkspace = NamedDependency[Workspace]
+IfMatch = NamedDependency[Precondition]
+
+AnyRequest = Request[Any, Any, Any]
+IfMatchHeader = Annotated[
+    str | None,
+    HeaderParameter(
+        name="If-Match",
+        required=False,
+        description="The ETag of the resource as read; without it this write answers 428.",
+    ),
+]
 
 
 def provide_state(state: State) -> AppState:
@@ -32,14 +68,33 @@ async def provide_conn(app_state: CrankState) -> AsyncGenerator[Connection, None
         yield conn
 
 
-async def provide_principal(
-    request: Request[Any, Any, Any], conn: DbConn, app_state: CrankState
-) -> Principal:
-    return await authenticate(conn, app_state, bearer_token(request))
+async def provide_principal(request: AnyRequest, conn: DbConn, app_state: CrankState) -> Principal:
+    """The caller; on an ``INSTANCE_ADMIN`` route, only an instance admin."""
+    principal = await authenticate(conn, app_state, bearer_token(request))
+    if declared_access(request.route_handler) is INSTANCE_ADMIN:
+        require_instance_admin(principal)
+    return principal
+
+
+async def provide_workspace(
+    request: AnyRequest, workspace: FromPath[str], conn: DbConn, principal: Caller
+) -> Workspace:
+    """The path's workspace, if the caller holds the role the route declares in it."""
+    need = declared_access(request.route_handler)
+    if not isinstance(need, Role):  # check_declared_access refuses such an app at start
+        raise ImproperlyConfiguredException(f"{request.url.path} declares no workspace role")
+    return await load_workspace(conn, principal, workspace, need)
+
+
+def provide_if_match(ws: CurrentWorkspace, if_match_header: IfMatchHeader = None) -> Precondition:
+    """What the write is based on. Takes ``ws`` so access is checked (404, 403) before 428."""
+    return parse_if_match(if_match_header)
 
 
 dependencies = {
     "app_state": Provide(provide_state, sync_to_thread=False),
     "conn": Provide(provide_conn),
-    "principal": Provide(provide_principal),
+    CALLER_DEPENDENCY: Provide(provide_principal),
+    WORKSPACE_DEPENDENCY: Provide(provide_workspace),
+    "if_match": Provide(provide_if_match, sync_to_thread=False),
 }

@@ -11,9 +11,7 @@ one 409 — never a silent overwrite.
 from __future__ import annotations
 
 import re
-from typing import Any, NamedTuple
-
-from litestar import Request
+from typing import NamedTuple
 
 from control_plane.errors import Conflict, PreconditionRequired
 
@@ -33,9 +31,8 @@ def etag(resource_id: int, revision: int) -> str:
     return f'"{resource_id}.r{revision}"'
 
 
-def parse_if_match(request: Request[Any, Any, Any]) -> Precondition:
-    """The resource and revision the client based its write on; 428 if it sent none."""
-    header = request.headers.get("if-match")
+def parse_if_match(header: str | None) -> Precondition:
+    """The resource and revision an ``If-Match`` header names; 428 if there is none."""
     if not header:
         raise PreconditionRequired(
             "this write needs an If-Match header with the resource's ETag (read it first)"

@@ -32,12 +32,21 @@ from types import FrameType
 
 import structlog
 
-from control_plane.cli import banner, devstate, servers_cmd
+from control_plane.cli.banner import client_host
+from control_plane.cli.banner import render as render_banner
 from control_plane.cli.common import CliError, cli_settings
 from control_plane.cli.devdb import embedded_postgres
 from control_plane.cli.devkeys import DEMO_KEYS, ensure_admin_token, ensure_api_key
+from control_plane.cli.devstate import (
+    DevState,
+    data_dir,
+    dev_state_path,
+    load_or_create_dev_state,
+    save_dev_state,
+)
 from control_plane.cli.runtime import ChildFailed, Supervisor
 from control_plane.cli.seed import ensure_workspace, seed_demo
+from control_plane.cli.servers_cmd import control_plane_argv, gateway_argv
 from control_plane.demo import DEMO_WORKSPACE, demo_sales_port
 from shared.crypto import KeyHasher
 from shared.db import connect
@@ -95,7 +104,7 @@ class Prepared:
 
 
 async def _prepare(
-    database_url: str, hasher: KeyHasher, state: devstate.DevState, sales_port: int
+    database_url: str, hasher: KeyHasher, state: DevState, sales_port: int
 ) -> Prepared:
     await migrate(database_url)
     async with await connect(database_url) as conn:
@@ -132,16 +141,16 @@ def _child_env(
 
 def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:
     sales_port = demo_sales_port()
-    host = banner.client_host(settings.host)
+    host = client_host(settings.host)
     _check_port_free(settings.host, settings.control_plane_port, "CRANK_CONTROL_PLANE_PORT")
     _check_port_free("127.0.0.1", sales_port, "CRANK_DEMO_SALES_PORT")
     _check_port_free(settings.host, settings.gateway_port, "CRANK_GATEWAY_PORT")
     _check_port_free(settings.host, settings.metrics_port, "CRANK_METRICS_PORT")
 
-    directory = devstate.data_dir()
+    directory = data_dir()
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     stack.enter_context(_data_dir_lock(directory))
-    state = devstate.load_or_create_dev_state()
+    state = load_or_create_dev_state()
     secret_key = settings.secret_key or state.secret_key
     try:
         hasher = KeyHasher(secret_key)
@@ -163,7 +172,7 @@ def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:
     state.approval_keys = {a: k for (a, kind), k in prepared.keys.items() if kind == "approval"}
     state.control_plane_url = f"http://{host}:{settings.control_plane_port}"
     state.gateway_url = f"http://{host}:{settings.gateway_port}"
-    devstate.save_dev_state(state)
+    save_dev_state(state)
 
     env = _child_env(settings, database_url, secret_key, sales_port)
     supervisor = Supervisor()
@@ -173,8 +182,8 @@ def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:
         [sys.executable, "-m", "control_plane.demo.sales_api", "--port", str(sales_port)],
         env,
     )
-    control_plane = supervisor.start("control-plane", servers_cmd.control_plane_argv(settings), env)
-    gateway = supervisor.start("gateway", servers_cmd.gateway_argv(settings), env)
+    control_plane = supervisor.start("control-plane", control_plane_argv(settings), env)
+    gateway = supervisor.start("gateway", gateway_argv(settings), env)
 
     try:
         supervisor.wait_for_http(sales, f"http://127.0.0.1:{sales_port}/healthz", timeout_s=30)
@@ -186,9 +195,9 @@ def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:
         raise CliError(str(exc), exit_code=1) from None
 
     print(
-        banner.render(
+        render_banner(
             state,
-            dev_state_file=devstate.dev_state_path(),
+            dev_state_file=dev_state_path(),
             database=database_label,
             sales_url=f"http://127.0.0.1:{sales_port}",
             gateway_running=True,

@@ -11,7 +11,6 @@ from difflib import SequenceMatcher
 from itertools import combinations
 from typing import Final
 
-from control_plane.lint import text
 from control_plane.lint.findings import (
     MAX_TOOLS_ACCEPTED,
     MAX_TOOLS_ADVISED,
@@ -20,6 +19,7 @@ from control_plane.lint.findings import (
     finding,
 )
 from control_plane.lint.operation_rules import name_tokens
+from control_plane.lint.text import words
 from shared.spec import AgentSpec, OperationSpec
 
 NAME_RATIO: Final = 0.9  # difflib ratio of two names above which they read as one
@@ -56,7 +56,7 @@ def _check_similar(
 ) -> Iterator[Finding]:
     bound = [(index, name) for index, name in enumerate(agent.operations) if name in operations]
     keys = {name: _name_key(name) for _, name in bound}
-    described = {name: set(text.words(operations[name].description)) for _, name in bound}
+    described = {name: set(words(operations[name].description)) for _, name in bound}
     flagged: set[int] = set()  # each tool is reported once, with the first it resembles
     for (_, first), (index, second) in combinations(bound, 2):
         if index in flagged:

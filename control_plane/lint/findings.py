@@ -34,9 +34,12 @@ spec-invalid               error    the spec fails write-time validation
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final, Literal, NamedTuple
 
 import msgspec
+
+from shared.spec_validation import FieldError
 
 Severity = Literal["error", "warning"]
 
@@ -217,3 +220,21 @@ def operation_resource(name: str) -> str:
 
 def agent_resource(slug: str) -> str:
     return f"agent:{slug}"
+
+
+def to_field_errors(
+    findings: list[Finding], paths: Mapping[str, str] | None = None
+) -> list[FieldError]:
+    """The error findings as field errors (the ``errors`` of an error body).
+
+    Without ``paths`` a field is the finding's own (a path inside its
+    resource); with them it is prefixed by the resource's path in a file.
+    """
+    errors = []
+    for f in findings:
+        if f.severity != "error":
+            continue
+        prefix = paths.get(f.resource, f.resource) if paths is not None else ""
+        field = ".".join(part for part in (prefix, f.field) if part)
+        errors.append(FieldError(field, f"{f.message} [{f.rule}]"))
+    return errors

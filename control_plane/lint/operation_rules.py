@@ -11,12 +11,19 @@ import re
 from collections.abc import Iterator
 from typing import Any, Final
 
-from control_plane.lint import text
 from control_plane.lint.findings import (
     MAX_LIST_ITEMS_ADVISED,
     Finding,
     finding,
     operation_resource,
+)
+from control_plane.lint.text import (
+    first_sentence,
+    is_russian,
+    is_vague,
+    says_when,
+    starts_with_action,
+    words,
 )
 from shared.spec import OperationSpec
 
@@ -123,8 +130,8 @@ def _check_description(spec: OperationSpec, resource: str) -> Iterator[Finding]:
     description = spec.description
     if not description.strip():
         return  # validation refuses an empty description
-    sentence = text.first_sentence(description)
-    if text.is_vague(description):
+    sentence = first_sentence(description)
+    if is_vague(description):
         yield finding(
             "description-vague",
             resource,
@@ -132,23 +139,23 @@ def _check_description(spec: OperationSpec, resource: str) -> Iterator[Finding]:
             f"{sentence!r} does not say what the tool does to what",
         )
         return  # the other description rules would only repeat it
-    if not text.starts_with_action(description):
+    if not starts_with_action(description):
         yield finding(
             "description-action",
             resource,
             "description",
             f"the description does not begin with an action: {sentence!r}",
             "Begin with the verb: 'Получает ...' / 'Creates ...'."
-            if text.is_russian(description)
+            if is_russian(description)
             else None,
         )
-    if not text.says_when(description):
+    if not says_when(description):
         yield finding(
             "description-when",
             resource,
             "description",
             "the description does not say when to use the tool",
-            "Add 'Используйте, когда ...'." if text.is_russian(description) else None,
+            "Add 'Используйте, когда ...'." if is_russian(description) else None,
         )
 
 
@@ -274,7 +281,7 @@ def is_list_endpoint(spec: OperationSpec) -> bool:
         return True
     if len(tokens) > 1 and tokens[1] in _LIST_NAME_VERBS:  # sales_list_orders
         return True
-    first = text.words(spec.description)[:1]
+    first = words(spec.description)[:1]
     if first and first[0] in ("lists", "searches", "finds"):
         return True
     select = spec.response.select

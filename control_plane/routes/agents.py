@@ -14,12 +14,12 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
-from litestar import Controller, Request, Response, delete, get, post, put
+from litestar import Controller, Response, delete, get, post, put
 from litestar.params import FromPath, JSONBody
 
-from control_plane.auth import Role, load_workspace
-from control_plane.deps import Caller, DbConn
-from control_plane.etag import etag, parse_if_match
+from control_plane.auth import Role
+from control_plane.deps import Caller, CurrentWorkspace, DbConn, IfMatch
+from control_plane.etag import etag
 from control_plane.lint import Finding
 from control_plane.services.agents import (
     AgentRow,
@@ -97,9 +97,8 @@ class AgentController(Controller):
     path = "/workspaces/{workspace:str}/agents"
     tags = ["agents"]
 
-    @get("/", summary="List the workspace's agents")
-    async def list(self, workspace: FromPath[str], conn: DbConn, principal: Caller) -> AgentList:
-        ws = await load_workspace(conn, principal, workspace, Role.VIEWER)
+    @get("/", access=Role.VIEWER, summary="List the workspace's agents")
+    async def list(self, ws: CurrentWorkspace, conn: DbConn) -> AgentList:
         return AgentList(
             items=[
                 AgentSummary(
@@ -114,36 +113,37 @@ class AgentController(Controller):
             ]
         )
 
-    @post("/", summary="Create an agent draft")
+    @post("/", access=Role.EDITOR, summary="Create an agent draft")
     async def create(
-        self, workspace: FromPath[str], data: JSONBody[AgentSpec], conn: DbConn, principal: Caller
+        self, ws: CurrentWorkspace, data: JSONBody[AgentSpec], conn: DbConn, principal: Caller
     ) -> Response[AgentView]:
-        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
         return _with_etag(await create_agent(conn, ws, principal.actor, data), 201)
 
-    @get("/{slug:str}", summary="Read an agent: its draft and its published state")
+    @get(
+        "/{slug:str}",
+        access=Role.VIEWER,
+        summary="Read an agent: its draft and its published state",
+    )
     async def read(
-        self, workspace: FromPath[str], slug: FromPath[str], conn: DbConn, principal: Caller
+        self, ws: CurrentWorkspace, slug: FromPath[str], conn: DbConn
     ) -> Response[AgentView]:
-        ws = await load_workspace(conn, principal, workspace, Role.VIEWER)
         return _with_etag(await require_agent(conn, ws, slug))
 
-    @put("/{slug:str}", summary="Replace an agent's draft (If-Match required)")
+    @put("/{slug:str}", access=Role.EDITOR, summary="Replace an agent's draft (If-Match required)")
     async def replace(
         self,
-        request: Request[Any, Any, Any],
-        workspace: FromPath[str],
+        ws: CurrentWorkspace,
         slug: FromPath[str],
         data: JSONBody[AgentSpec],
+        if_match: IfMatch,
         conn: DbConn,
         principal: Caller,
     ) -> Response[AgentView]:
-        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
-        expected = parse_if_match(request)
-        return _with_etag(await update_agent_draft(conn, ws, principal.actor, slug, data, expected))
+        return _with_etag(await update_agent_draft(conn, ws, principal.actor, slug, data, if_match))
 
     @post(
         "/{slug:str}/publish",
+        access=Role.EDITOR,
         status_code=200,
         summary="Publish the agent's draft (If-Match required)",
         description=(
@@ -154,15 +154,13 @@ class AgentController(Controller):
     )
     async def publish(
         self,
-        request: Request[Any, Any, Any],
-        workspace: FromPath[str],
+        ws: CurrentWorkspace,
         slug: FromPath[str],
+        if_match: IfMatch,
         conn: DbConn,
         principal: Caller,
     ) -> Response[PublishOutcome]:
-        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
-        expected = parse_if_match(request)
-        result = await publish_agent(conn, ws, principal.actor, slug, expected)
+        result = await publish_agent(conn, ws, principal.actor, slug, if_match)
         outcome = PublishOutcome(
             published_version=result.published_version,
             changed=result.changed,
@@ -174,33 +172,34 @@ class AgentController(Controller):
 
     @post(
         "/{slug:str}/unpublish",
+        access=Role.EDITOR,
         status_code=200,
         summary="Take the agent off the gateways (If-Match required)",
     )
     async def unpublish(
         self,
-        request: Request[Any, Any, Any],
-        workspace: FromPath[str],
+        ws: CurrentWorkspace,
         slug: FromPath[str],
+        if_match: IfMatch,
         conn: DbConn,
         principal: Caller,
     ) -> Response[AgentView]:
-        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
-        expected = parse_if_match(request)
-        return _with_etag(await unpublish_agent(conn, ws, principal.actor, slug, expected))
+        return _with_etag(await unpublish_agent(conn, ws, principal.actor, slug, if_match))
 
-    @delete("/{slug:str}", summary="Delete an agent and its keys (owner; If-Match required)")
+    @delete(
+        "/{slug:str}",
+        access=Role.OWNER,
+        summary="Delete an agent and its keys (owner; If-Match required)",
+    )
     async def remove(
         self,
-        request: Request[Any, Any, Any],
-        workspace: FromPath[str],
+        ws: CurrentWorkspace,
         slug: FromPath[str],
+        if_match: IfMatch,
         conn: DbConn,
         principal: Caller,
     ) -> None:
-        ws = await load_workspace(conn, principal, workspace, Role.OWNER)
-        expected = parse_if_match(request)
-        await delete_agent(conn, ws, principal.actor, slug, expected)
+        await delete_agent(conn, ws, principal.actor, slug, if_match)
 
 
 handlers: list[Any] = [AgentController]

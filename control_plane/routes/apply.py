@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import post
-from litestar.params import FromPath, FromQuery, JSONBody
+from litestar.params import FromQuery, JSONBody
 from litestar.status_codes import HTTP_200_OK
 
-from control_plane.auth import Role, load_workspace
-from control_plane.deps import Caller, DbConn
+from control_plane.auth import Role
+from control_plane.deps import Caller, CurrentWorkspace, DbConn
 from control_plane.errors import BadRequest, LintFailed, ValidationFailed
 from control_plane.lint import has_errors
 from control_plane.services.apply import ApplyPlan, apply_file
@@ -27,6 +27,7 @@ from shared.spec_validation import FieldError
 
 @post(
     "/workspaces/{workspace:str}/apply",
+    access=Role.EDITOR,
     status_code=HTTP_200_OK,
     tags=["apply"],
     summary="Apply an operation file: create, update and optionally publish",
@@ -39,14 +40,13 @@ from shared.spec_validation import FieldError
     ),
 )
 async def apply_operation_file(
-    workspace: FromPath[str],
+    ws: CurrentWorkspace,
     data: JSONBody[CrankFile],
     conn: DbConn,
     principal: Caller,
     publish: FromQuery[bool] = False,
     dry_run: FromQuery[bool] = False,
 ) -> ApplyPlan:
-    ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
     if data.workspace is not None and data.workspace != ws.slug:
         raise BadRequest(
             f"the file is for workspace {data.workspace!r} but was sent to {ws.slug!r}",

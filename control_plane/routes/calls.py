@@ -5,15 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import get
-from litestar.params import FromPath, FromQuery
+from litestar.params import FromQuery
 
-from control_plane.auth import Role, load_workspace
-from control_plane.deps import Caller, DbConn
+from control_plane.auth import Role
+from control_plane.deps import CurrentWorkspace, DbConn
 from control_plane.services.calls import DEFAULT_LIMIT, CallFilters, CallPage, list_calls
 
 
 @get(
     "/workspaces/{workspace:str}/calls",
+    access=Role.VIEWER,
     tags=["calls"],
     summary="Read the call log, newest first",
     description=(
@@ -23,16 +24,14 @@ from control_plane.services.calls import DEFAULT_LIMIT, CallFilters, CallPage, l
     ),
 )
 async def read_calls(
-    workspace: FromPath[str],
+    ws: CurrentWorkspace,
     conn: DbConn,
-    principal: Caller,
     agent: FromQuery[str | None] = None,
     tool: FromQuery[str | None] = None,
     outcome: FromQuery[str | None] = None,
     limit: FromQuery[int] = DEFAULT_LIMIT,
     cursor: FromQuery[str | None] = None,
 ) -> CallPage:
-    ws = await load_workspace(conn, principal, workspace, Role.VIEWER)
     filters = CallFilters(agent=agent, tool=tool, outcome=outcome)
     return await list_calls(conn, ws.id, filters, limit=limit, cursor=cursor)
 

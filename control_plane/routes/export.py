@@ -14,10 +14,10 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from litestar import Request, Response, get
-from litestar.params import FromPath, FromQuery, QueryParameter
+from litestar.params import FromQuery, QueryParameter
 
-from control_plane.auth import load_workspace
-from control_plane.deps import Caller, DbConn
+from control_plane.auth import Role
+from control_plane.deps import CurrentWorkspace, DbConn
 from control_plane.services.export import ExportFormat, export_workspace, render, to_document
 
 FormatQuery = Annotated[
@@ -41,6 +41,7 @@ def _negotiate(request: Request[Any, Any, Any], fmt: ExportFormat | None) -> Exp
 
 @get(
     "/workspaces/{workspace:str}/export",
+    access=Role.VIEWER,
     tags=["apply"],
     summary="Export the workspace as an operation file (what apply takes back)",
     description=(
@@ -51,13 +52,11 @@ def _negotiate(request: Request[Any, Any, Any], fmt: ExportFormat | None) -> Exp
 )
 async def export_workspace_file(
     request: Request[Any, Any, Any],
-    workspace: FromPath[str],
+    ws: CurrentWorkspace,
     conn: DbConn,
-    principal: Caller,
     published: FromQuery[bool] = False,
     fmt: FormatQuery = None,
 ) -> Response[bytes]:
-    ws = await load_workspace(conn, principal, workspace)
     export = await export_workspace(conn, ws, published=published)
     fmt = _negotiate(request, fmt)
     headers = {"Vary": "Accept"}

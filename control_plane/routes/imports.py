@@ -15,11 +15,11 @@ from typing import Any
 
 import msgspec
 from litestar import post
-from litestar.params import FromPath, JSONBody
+from litestar.params import JSONBody
 from litestar.status_codes import HTTP_200_OK
 
-from control_plane.auth import Role, load_workspace
-from control_plane.deps import Caller, CrankState, DbConn
+from control_plane.auth import Role
+from control_plane.deps import Caller, CrankState, CurrentWorkspace, DbConn
 from control_plane.errors import BadRequest
 from control_plane.openapi_import import (
     MAX_DOCUMENT_BYTES,
@@ -65,6 +65,7 @@ def _convert(data: OpenApiImportRequest, raw: bytes | None) -> ImportResult:
 
 @post(
     "/workspaces/{workspace:str}/import/openapi",
+    access=Role.EDITOR,
     status_code=HTTP_200_OK,
     tags=["import"],
     summary="Import an OpenAPI 3.0/3.1 or Swagger 2.0 document into drafts",
@@ -78,13 +79,12 @@ def _convert(data: OpenApiImportRequest, raw: bytes | None) -> ImportResult:
     request_max_body_size=MAX_DOCUMENT_BYTES + 1024 * 1024,
 )
 async def import_openapi_document(
-    workspace: FromPath[str],
+    ws: CurrentWorkspace,
     data: JSONBody[OpenApiImportRequest],
     conn: DbConn,
     principal: Caller,
     app_state: CrankState,
 ) -> ImportReport:
-    ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
     if (data.document is None) == (data.url is None):
         raise BadRequest(
             "give the document or its url, not both",

@@ -14,8 +14,8 @@ import msgspec
 from litestar import Controller, delete, get, post
 from litestar.params import FromPath, FromQuery, JSONBody
 
-from control_plane.auth import Role, load_workspace
-from control_plane.deps import Caller, CrankState, DbConn
+from control_plane.auth import Role
+from control_plane.deps import Caller, CrankState, CurrentWorkspace, DbConn
 from control_plane.services.keys import (
     IssuedKey,
     KeyView,
@@ -40,27 +40,25 @@ class KeyController(Controller):
     path = "/workspaces/{workspace:str}/keys"
     tags = ["keys"]
 
-    @get("/", summary="List API keys (prefixes only), optionally of one agent")
+    @get("/", access=Role.VIEWER, summary="List API keys (prefixes only), optionally of one agent")
     async def list(
-        self,
-        workspace: FromPath[str],
-        conn: DbConn,
-        principal: Caller,
-        agent: FromQuery[str | None] = None,
+        self, ws: CurrentWorkspace, conn: DbConn, agent: FromQuery[str | None] = None
     ) -> KeyList:
-        ws = await load_workspace(conn, principal, workspace, Role.VIEWER)
         return KeyList(items=await list_api_keys(conn, ws.id, agent))
 
-    @post("/", summary="Create an API key; the response holds the key, shown this once")
+    @post(
+        "/",
+        access=Role.OWNER,
+        summary="Create an API key; the response holds the key, shown this once",
+    )
     async def create(
         self,
-        workspace: FromPath[str],
+        ws: CurrentWorkspace,
         data: JSONBody[KeyCreate],
         conn: DbConn,
         principal: Caller,
         app_state: CrankState,
     ) -> IssuedKey:
-        ws = await load_workspace(conn, principal, workspace, Role.OWNER)
         return await create_api_key(
             conn,
             app_state.hasher,
@@ -74,14 +72,14 @@ class KeyController(Controller):
 
     @delete(
         "/{key_id:int}",
+        access=Role.OWNER,
         status_code=200,
         summary="Revoke an API key",
         description="Revoking a key that is already revoked answers 200 and changes nothing.",
     )
     async def revoke(
-        self, workspace: FromPath[str], key_id: FromPath[int], conn: DbConn, principal: Caller
+        self, ws: CurrentWorkspace, key_id: FromPath[int], conn: DbConn, principal: Caller
     ) -> KeyView:
-        ws = await load_workspace(conn, principal, workspace, Role.OWNER)
         return await revoke_api_key(conn, ws, principal.actor, key_id)
 
 

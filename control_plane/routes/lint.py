@@ -17,34 +17,22 @@ from litestar import get, post
 from litestar.params import FromPath, JSONBody
 from litestar.status_codes import HTTP_200_OK
 
-from control_plane.auth import Role, load_workspace
-from control_plane.deps import Caller, DbConn
-from control_plane.lint import Finding, check_and_lint_file
+from control_plane.auth import Role
+from control_plane.deps import CurrentWorkspace, DbConn
+from control_plane.lint import Finding
 from control_plane.services.agents import lint_agent_draft, require_agent
-from control_plane.services.apply import check_file
-from control_plane.services.operations import lint_stored, require_operation, serving_specs
+from control_plane.services.apply import lint_in_workspace
+from control_plane.services.operations import lint_stored, require_operation
 from shared.spec import CrankFile
-from shared.spec_validation import FieldError
 
 
 class LintReport(msgspec.Struct, kw_only=True):
     findings: list[Finding]
 
 
-def _unbound(file: CrankFile, known: set[str]) -> list[FieldError]:
-    return [
-        FieldError(
-            f"agents[{index}].operations[{position}]",
-            f"no operation named {name!r} in the file or the workspace",
-        )
-        for index, agent in enumerate(file.agents)
-        for position, name in enumerate(agent.operations)
-        if name not in known
-    ]
-
-
 @post(
     "/workspaces/{workspace:str}/lint",
+    access=Role.VIEWER,
     status_code=HTTP_200_OK,
     tags=["lint"],
     summary="Lint an operation file (the apply body) without writing anything",
@@ -55,38 +43,31 @@ def _unbound(file: CrankFile, known: set[str]) -> list[FieldError]:
     ),
 )
 async def lint_file_route(
-    workspace: FromPath[str], data: JSONBody[CrankFile], conn: DbConn, principal: Caller
+    ws: CurrentWorkspace, data: JSONBody[CrankFile], conn: DbConn
 ) -> LintReport:
-    ws = await load_workspace(conn, principal, workspace, Role.VIEWER)
-    in_file = {op.name for op in data.operations}
-    bound_only = sorted({name for agent in data.agents for name in agent.operations} - in_file)
-    stored = await serving_specs(conn, ws.id, bound_only)
-    invalid = check_file(data) + _unbound(data, in_file | set(stored))
-    return LintReport(findings=check_and_lint_file(data, invalid, stored))
+    return LintReport(findings=await lint_in_workspace(conn, ws, data))
 
 
 @get(
     "/workspaces/{workspace:str}/operations/{name:str}/lint",
+    access=Role.VIEWER,
     tags=["lint"],
     summary="Lint an operation's draft",
 )
 async def lint_operation_draft(
-    workspace: FromPath[str], name: FromPath[str], conn: DbConn, principal: Caller
+    ws: CurrentWorkspace, name: FromPath[str], conn: DbConn
 ) -> LintReport:
-    ws = await load_workspace(conn, principal, workspace, Role.VIEWER)
     row = await require_operation(conn, ws, name)
     return LintReport(findings=lint_stored(row.draft))
 
 
 @get(
     "/workspaces/{workspace:str}/agents/{slug:str}/lint",
+    access=Role.VIEWER,
     tags=["lint"],
     summary="Lint an agent's draft against the operations it binds",
 )
-async def lint_agent_route(
-    workspace: FromPath[str], slug: FromPath[str], conn: DbConn, principal: Caller
-) -> LintReport:
-    ws = await load_workspace(conn, principal, workspace, Role.VIEWER)
+async def lint_agent_route(ws: CurrentWorkspace, slug: FromPath[str], conn: DbConn) -> LintReport:
     row = await require_agent(conn, ws, slug)
     return LintReport(findings=await lint_agent_draft(conn, ws, row.draft))
 

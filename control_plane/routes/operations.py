@@ -12,13 +12,13 @@ from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
-from litestar import Controller, Request, Response, delete, get, post, put
+from litestar import Controller, Response, delete, get, post, put
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
-from control_plane.auth import Role, load_workspace
-from control_plane.deps import Caller, DbConn
-from control_plane.etag import Precondition, etag, parse_if_match
+from control_plane.auth import Role
+from control_plane.deps import Caller, CurrentWorkspace, DbConn, IfMatch
+from control_plane.etag import Precondition, etag
 from control_plane.services import operations as service
 from shared.spec import OperationSpec, operation_from_builtins
 
@@ -63,7 +63,6 @@ def _view(row: service.OperationRow, status_code: int = HTTP_200_OK) -> Response
     return Response(view, status_code=status_code, headers={"ETag": etag(row.id, row.revision)})
 
 
-AnyRequest = Request[Any, Any, Any]
 PageSize = Annotated[int, QueryParameter(ge=1, le=500, description="items per page")]
 
 
@@ -71,106 +70,101 @@ class OperationController(Controller):
     path = "/workspaces/{workspace:str}/operations"
     tags = ["operations"]
 
-    @get("/", summary="List operations with their draft and publish state")
+    @get("/", access=Role.VIEWER, summary="List operations with their draft and publish state")
     async def list(
         self,
-        workspace: FromPath[str],
+        ws: CurrentWorkspace,
         conn: DbConn,
-        principal: Caller,
         cursor: FromQuery[str | None] = None,
         limit: PageSize = 100,
     ) -> OperationList:
-        ws = await load_workspace(conn, principal, workspace)
         items, next_cursor = await service.list_operations(conn, ws.id, after=cursor, limit=limit)
         return OperationList(items=items, next_cursor=next_cursor)
 
-    @post("/", summary="Create an operation (its draft; nothing is published)")
+    @post("/", access=Role.EDITOR, summary="Create an operation (its draft; nothing is published)")
     async def create(
         self,
-        workspace: FromPath[str],
+        ws: CurrentWorkspace,
         data: JSONBody[OperationSpec],
         conn: DbConn,
         principal: Caller,
     ) -> Response[OperationView]:
-        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
         row = await service.create_operation(conn, ws, principal.actor, data)
         return _view(row, HTTP_201_CREATED)
 
-    @get("/{name:str}", summary="Read an operation's draft; the ETag is its revision")
+    @get(
+        "/{name:str}",
+        access=Role.VIEWER,
+        summary="Read an operation's draft; the ETag is its revision",
+    )
     async def read(
-        self, workspace: FromPath[str], name: FromPath[str], conn: DbConn, principal: Caller
+        self, ws: CurrentWorkspace, name: FromPath[str], conn: DbConn
     ) -> Response[OperationView]:
-        ws = await load_workspace(conn, principal, workspace)
         return _view(await service.require_operation(conn, ws, name))
 
-    @put("/{name:str}", summary="Replace the draft (If-Match required)")
+    @put("/{name:str}", access=Role.EDITOR, summary="Replace the draft (If-Match required)")
     async def update(
         self,
-        request: AnyRequest,
-        workspace: FromPath[str],
+        ws: CurrentWorkspace,
         name: FromPath[str],
         data: JSONBody[OperationSpec],
+        if_match: IfMatch,
         conn: DbConn,
         principal: Caller,
     ) -> Response[OperationView]:
-        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
-        expected = parse_if_match(request)
-        row = await service.update_operation_draft(conn, ws, principal.actor, name, data, expected)
+        row = await service.update_operation_draft(conn, ws, principal.actor, name, data, if_match)
         return _view(row)
 
     @delete(
         "/{name:str}/draft",
+        access=Role.EDITOR,
         status_code=HTTP_200_OK,
         summary="Discard the draft: back to the latest version, or delete if never published",
     )
     async def discard_draft(
         self,
-        request: AnyRequest,
-        workspace: FromPath[str],
+        ws: CurrentWorkspace,
         name: FromPath[str],
+        if_match: IfMatch,
         conn: DbConn,
         principal: Caller,
     ) -> Response[service.DiscardResult]:
-        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
-        expected = parse_if_match(request)
-        result = await service.discard_draft(conn, ws, principal.actor, name, expected)
-        headers = {} if result.revision is None else {"ETag": etag(expected.id, result.revision)}
+        result = await service.discard_draft(conn, ws, principal.actor, name, if_match)
+        headers = {} if result.revision is None else {"ETag": etag(if_match.id, result.revision)}
         return Response(result, headers=headers)
 
     @post(
         "/{name:str}/publish",
+        access=Role.EDITOR,
         summary="Publish the draft as a new version (201), or nothing if unchanged (200)",
     )
     async def publish(
         self,
-        request: AnyRequest,
-        workspace: FromPath[str],
+        ws: CurrentWorkspace,
         name: FromPath[str],
+        if_match: IfMatch,
         conn: DbConn,
         principal: Caller,
     ) -> Response[service.PublishResult]:
-        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
-        expected = parse_if_match(request)
-        result = await service.publish_operation(conn, ws, principal.actor, name, expected)
-        return _publish_response(result, expected)
+        result = await service.publish_operation(conn, ws, principal.actor, name, if_match)
+        return _publish_response(result, if_match)
 
-    @get("/{name:str}/versions", summary="List published versions, newest first")
+    @get(
+        "/{name:str}/versions", access=Role.VIEWER, summary="List published versions, newest first"
+    )
     async def versions(
-        self, workspace: FromPath[str], name: FromPath[str], conn: DbConn, principal: Caller
+        self, ws: CurrentWorkspace, name: FromPath[str], conn: DbConn
     ) -> VersionList:
-        ws = await load_workspace(conn, principal, workspace)
         return VersionList(items=await service.list_versions(conn, ws, name))
 
-    @get("/{name:str}/versions/{version:int}", summary="Read one published version")
+    @get(
+        "/{name:str}/versions/{version:int}",
+        access=Role.VIEWER,
+        summary="Read one published version",
+    )
     async def version(
-        self,
-        workspace: FromPath[str],
-        name: FromPath[str],
-        version: FromPath[int],
-        conn: DbConn,
-        principal: Caller,
+        self, ws: CurrentWorkspace, name: FromPath[str], version: FromPath[int], conn: DbConn
     ) -> VersionView:
-        ws = await load_workspace(conn, principal, workspace)
         row = await service.get_version(conn, ws, name, version)
         return VersionView(
             name=name,
@@ -180,32 +174,28 @@ class OperationController(Controller):
             published_by=row.published_by,
         )
 
-    @get("/{name:str}/diff", summary="What publishing the draft would change")
-    async def diff(
-        self, workspace: FromPath[str], name: FromPath[str], conn: DbConn, principal: Caller
-    ) -> service.Diff:
-        ws = await load_workspace(conn, principal, workspace)
+    @get("/{name:str}/diff", access=Role.VIEWER, summary="What publishing the draft would change")
+    async def diff(self, ws: CurrentWorkspace, name: FromPath[str], conn: DbConn) -> service.Diff:
         return await service.diff_operation(conn, ws, name)
 
     @post(
         "/{name:str}/versions/{version:int}/rollback",
+        access=Role.EDITOR,
         summary="Publish an earlier version again as a new version; the draft becomes it",
     )
     async def rollback(
         self,
-        request: AnyRequest,
-        workspace: FromPath[str],
+        ws: CurrentWorkspace,
         name: FromPath[str],
         version: FromPath[int],
+        if_match: IfMatch,
         conn: DbConn,
         principal: Caller,
     ) -> Response[service.PublishResult]:
-        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
-        expected = parse_if_match(request)
         result = await service.rollback_operation(
-            conn, ws, principal.actor, name, version, expected
+            conn, ws, principal.actor, name, version, if_match
         )
-        return _publish_response(result, expected)
+        return _publish_response(result, if_match)
 
 
 def _publish_response(

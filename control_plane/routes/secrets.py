@@ -15,8 +15,8 @@ from litestar import Controller, Response, delete, get, put
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, JSONBody
 
-from control_plane.auth import Role, load_workspace
-from control_plane.deps import Caller, CrankState, DbConn
+from control_plane.auth import Role
+from control_plane.deps import Caller, CrankState, CurrentWorkspace, DbConn
 from control_plane.services.secrets import SecretView, delete_secret, list_secrets, set_secret
 
 
@@ -32,35 +32,33 @@ class SecretController(Controller):
     path = "/workspaces/{workspace:str}/secrets"
     tags = ["secrets"]
 
-    @get("/", summary="List secret names (values are never returned)")
-    async def list(self, workspace: FromPath[str], conn: DbConn, principal: Caller) -> SecretList:
-        ws = await load_workspace(conn, principal, workspace, Role.VIEWER)
+    @get("/", access=Role.VIEWER, summary="List secret names (values are never returned)")
+    async def list(self, ws: CurrentWorkspace, conn: DbConn) -> SecretList:
         return SecretList(items=await list_secrets(conn, ws.id))
 
     @put(
         "/{name:str}",
+        access=Role.EDITOR,
         summary="Create (201) or replace (200) a secret",
         description="The value is encrypted at rest and never returned by any endpoint.",
         responses={201: ResponseSpec(data_container=SecretView, description="Secret created")},
     )
     async def store(
         self,
-        workspace: FromPath[str],
+        ws: CurrentWorkspace,
         name: FromPath[str],
         data: JSONBody[SecretSet],
         conn: DbConn,
         principal: Caller,
         app_state: CrankState,
     ) -> Response[SecretView]:
-        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
         stored = await set_secret(conn, app_state.box, ws, principal.actor, name, data.value)
         return Response(stored.view, status_code=201 if stored.created else 200)
 
-    @delete("/{name:str}", summary="Delete a secret")
+    @delete("/{name:str}", access=Role.EDITOR, summary="Delete a secret")
     async def remove(
-        self, workspace: FromPath[str], name: FromPath[str], conn: DbConn, principal: Caller
+        self, ws: CurrentWorkspace, name: FromPath[str], conn: DbConn, principal: Caller
     ) -> None:
-        ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
         await delete_secret(conn, ws, principal.actor, name)
 
 

@@ -15,13 +15,14 @@ from litestar import post
 from litestar.params import FromPath, JSONBody
 from litestar.status_codes import HTTP_200_OK
 
-from control_plane.auth import Role, load_workspace
-from control_plane.deps import Caller, CrankState, DbConn
+from control_plane.auth import Role
+from control_plane.deps import Caller, CrankState, CurrentWorkspace, DbConn
 from control_plane.services.try_it import TryReport, TryRequest, try_operation
 
 
 @post(
     "/workspaces/{workspace:str}/operations/{name:str}/try",
+    access=Role.EDITOR,
     status_code=HTTP_200_OK,
     tags=["operations"],
     summary="Try the draft: call its upstream once with sample arguments",
@@ -37,14 +38,13 @@ from control_plane.services.try_it import TryReport, TryRequest, try_operation
     ),
 )
 async def try_operation_draft(
-    workspace: FromPath[str],
+    ws: CurrentWorkspace,
     name: FromPath[str],
     data: JSONBody[TryRequest],
     conn: DbConn,
     principal: Caller,
     app_state: CrankState,
 ) -> TryReport:
-    ws = await load_workspace(conn, principal, workspace, Role.EDITOR)
     return await try_operation(conn, app_state, ws, principal.actor, name, data)
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import msgspec
 from litestar import Controller, get, post
-from litestar.params import FromPath, JSONBody
+from litestar.params import JSONBody
 
-from control_plane.auth import load_workspace, require_instance_admin
-from control_plane.deps import Caller, DbConn
+from control_plane.access import ANY_CALLER, INSTANCE_ADMIN
+from control_plane.auth import Role
+from control_plane.deps import Caller, CurrentWorkspace, DbConn
 from control_plane.services.workspaces import (
     WorkspaceView,
     create_workspace,
@@ -32,7 +33,12 @@ class Me(msgspec.Struct, kw_only=True):
     workspaces: list[WorkspaceView]
 
 
-@get("/me", tags=["workspaces"], summary="Who the token belongs to and what it may reach")
+@get(
+    "/me",
+    access=ANY_CALLER,
+    tags=["workspaces"],
+    summary="Who the token belongs to and what it may reach",
+)
 async def me(conn: DbConn, principal: Caller) -> Me:
     return Me(
         name=principal.name,
@@ -46,20 +52,16 @@ class WorkspaceController(Controller):
     path = "/workspaces"
     tags = ["workspaces"]
 
-    @get("/", summary="List the workspaces this token can see")
+    @get("/", access=ANY_CALLER, summary="List the workspaces this token can see")
     async def list(self, conn: DbConn, principal: Caller) -> WorkspaceList:
         return WorkspaceList(items=await list_workspaces(conn, principal))
 
-    @post("/", summary="Create a workspace (instance admins only)")
+    @post("/", access=INSTANCE_ADMIN, summary="Create a workspace (instance admins only)")
     async def create(
         self, data: JSONBody[WorkspaceCreate], conn: DbConn, principal: Caller
     ) -> WorkspaceView:
-        require_instance_admin(principal)
         return await create_workspace(conn, principal, data.slug, data.title)
 
-    @get("/{workspace:str}", summary="Read a workspace")
-    async def read(
-        self, workspace: FromPath[str], conn: DbConn, principal: Caller
-    ) -> WorkspaceView:
-        ws = await load_workspace(conn, principal, workspace)
+    @get("/{workspace:str}", access=Role.VIEWER, summary="Read a workspace")
+    async def read(self, ws: CurrentWorkspace, conn: DbConn, principal: Caller) -> WorkspaceView:
         return await get_workspace(conn, principal, ws)

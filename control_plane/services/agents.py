@@ -25,12 +25,11 @@ import msgspec
 from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
 
-from control_plane.auth import Role, Workspace
-from control_plane.errors import Conflict, Forbidden, LintFailed, NotFound, ValidationFailed
+from control_plane.auth import Workspace
+from control_plane.errors import Conflict, LintFailed, NotFound, ValidationFailed
 from control_plane.etag import Precondition, check_revision
 from control_plane.lint import Finding, has_errors, lint_agent, to_field_errors
-from control_plane.services.audit import record
-from control_plane.services.catalog import bump_catalog
+from control_plane.services.audit import record_change
 from control_plane.services.constraints import refuse_check_violations
 from control_plane.services.operations import serving_specs
 from shared.db import Connection
@@ -104,7 +103,11 @@ async def require_agent(conn: Connection, ws: Workspace, slug: str) -> AgentRow:
     return row
 
 
-async def _lock_agent(conn: Connection, ws: Workspace, slug: str) -> AgentRow:
+async def _lock_agent(
+    conn: Connection, ws: Workspace, slug: str, expected: Precondition | None
+) -> AgentRow:
+    """The agent, locked until the transaction ends; 404 if there is none, 409 if
+    it is not the one ``expected`` names (``None`` skips that check)."""
     cur = await conn.execute(
         f"SELECT {_COLUMNS} FROM agents WHERE workspace_id = %s AND slug = %s FOR UPDATE",
         (ws.id, slug),
@@ -112,6 +115,20 @@ async def _lock_agent(conn: Connection, ws: Workspace, slug: str) -> AgentRow:
     row = await cur.fetchone()
     if row is None:
         raise NotFound(f"agent {slug!r} not found in workspace {ws.slug!r}")
+    if expected is not None:
+        check_revision(expected, row["id"], row["revision"], f"agent {slug!r}")
+    return AgentRow.from_row(row)
+
+
+async def _update(conn: Connection, current: AgentRow, assignments: str, *values: Any) -> AgentRow:
+    """Apply ``SET assignments`` (a constant, with ``%s`` for ``values``) to the locked
+    agent and touch ``updated_at``; the row as it is now."""
+    cur = await conn.execute(
+        f"UPDATE agents SET {assignments}, updated_at = now() WHERE id = %s RETURNING {_COLUMNS}",
+        (*values, current.id),
+    )
+    row = await cur.fetchone()
+    assert row is not None
     return AgentRow.from_row(row)
 
 
@@ -158,15 +175,7 @@ async def create_agent(conn: Connection, ws: Workspace, actor: str, spec: AgentS
             f"agent {spec.slug!r} already exists in workspace {ws.slug!r}", code="already_exists"
         ) from None
     assert row is not None
-    await record(
-        conn,
-        workspace_id=ws.id,
-        actor=actor,
-        action="agent.create",
-        resource_type="agent",
-        resource_name=spec.slug,
-        details={"operations": spec.operations},
-    )
+    await record_change(conn, ws, actor, "agent.create", spec.slug, {"operations": spec.operations})
     return AgentRow.from_row(row)
 
 
@@ -184,29 +193,20 @@ async def update_agent_draft(
         raise ValidationFailed(
             [FieldError("slug", f"the body's slug {spec.slug!r} differs from the URL's {slug!r}")]
         )
-    current = await _lock_agent(conn, ws, slug)
-    if expected is not None:
-        check_revision(expected, current.id, current.revision, f"agent {slug!r}")
+    current = await _lock_agent(conn, ws, slug, expected)
     draft = await _validate(conn, ws, spec)
     if draft == current.draft:
         return current
-    cur = await conn.execute(
-        f"""UPDATE agents SET draft = %s, revision = revision + 1, updated_at = now()
-             WHERE id = %s RETURNING {_COLUMNS}""",
-        (Jsonb(draft), current.id),
-    )
-    row = await cur.fetchone()
-    assert row is not None
-    await record(
+    row = await _update(conn, current, "draft = %s, revision = revision + 1", Jsonb(draft))
+    await record_change(
         conn,
-        workspace_id=ws.id,
-        actor=actor,
-        action="agent.update",
-        resource_type="agent",
-        resource_name=slug,
-        details={"revision": row["revision"], "operations": spec.operations},
+        ws,
+        actor,
+        "agent.update",
+        slug,
+        {"revision": row.revision, "operations": spec.operations},
     )
-    return AgentRow.from_row(row)
+    return row
 
 
 async def _catalog_warnings(
@@ -255,9 +255,7 @@ async def publish_agent(
     the published state makes no new version (``changed=False``) and no catalog
     bump; the warnings and lint findings are reported either way, and lint
     errors refuse only a publish that would change something."""
-    current = await _lock_agent(conn, ws, slug)
-    if expected is not None:
-        check_revision(expected, current.id, current.revision, f"agent {slug!r}")
+    current = await _lock_agent(conn, ws, slug, expected)
     state = published_state(current.draft)
     warnings = await _catalog_warnings(conn, ws, state["operations"])
     findings = await lint_agent_draft(conn, ws, current.draft)
@@ -271,32 +269,29 @@ async def publish_agent(
         )
     if has_errors(findings):
         raise LintFailed(to_field_errors(findings), findings, f"agent {slug!r}")
-    cur = await conn.execute(
-        f"""UPDATE agents SET published = %s, published_version = published_version + 1,
-                   published_at = now(), updated_at = now()
-             WHERE id = %s RETURNING {_COLUMNS}""",
-        (Jsonb(state), current.id),
-    )
-    row = await cur.fetchone()
-    assert row is not None
-    await bump_catalog(conn)
-    await record(
+    row = await _update(
         conn,
-        workspace_id=ws.id,
-        actor=actor,
-        action="agent.publish",
-        resource_type="agent",
-        resource_name=slug,
-        details={
-            "published_version": row["published_version"],
+        current,
+        "published = %s, published_version = published_version + 1, published_at = now()",
+        Jsonb(state),
+    )
+    await record_change(
+        conn,
+        ws,
+        actor,
+        "agent.publish",
+        slug,
+        {
+            "published_version": row.published_version,
             "revision": current.revision,
             "operations": state["operations"],
             "warnings": [w.operation for w in warnings],
         },
+        notify_gateways=True,
     )
     return AgentPublishResult(
-        agent=AgentRow.from_row(row),
-        published_version=row["published_version"],
+        agent=row,
+        published_version=row.published_version,
         changed=True,
         warnings=warnings,
         findings=findings,
@@ -307,29 +302,20 @@ async def unpublish_agent(
     conn: Connection, ws: Workspace, actor: str, slug: str, expected: Precondition | None
 ) -> AgentRow:
     """Take the agent off the gateways; unpublishing an unpublished agent is a no-op."""
-    current = await _lock_agent(conn, ws, slug)
-    if expected is not None:
-        check_revision(expected, current.id, current.revision, f"agent {slug!r}")
+    current = await _lock_agent(conn, ws, slug, expected)
     if current.published is None:
         return current
-    cur = await conn.execute(
-        f"""UPDATE agents SET published = NULL, published_at = NULL, updated_at = now()
-             WHERE id = %s RETURNING {_COLUMNS}""",
-        (current.id,),
-    )
-    row = await cur.fetchone()
-    assert row is not None
-    await bump_catalog(conn)
-    await record(
+    row = await _update(conn, current, "published = NULL, published_at = NULL")
+    await record_change(
         conn,
-        workspace_id=ws.id,
-        actor=actor,
-        action="agent.unpublish",
-        resource_type="agent",
-        resource_name=slug,
-        details={"published_version": current.published_version},
+        ws,
+        actor,
+        "agent.unpublish",
+        slug,
+        {"published_version": current.published_version},
+        notify_gateways=True,
     )
-    return AgentRow.from_row(row)
+    return row
 
 
 async def delete_agent(
@@ -337,33 +323,25 @@ async def delete_agent(
 ) -> None:
     """Delete the agent; its API keys go with it (ON DELETE CASCADE).
 
-    Owners only: keys are the owner's to manage, and this deletes them. The
-    catalog is bumped unless the gateways cannot tell the difference: an agent
-    that is not published and has no keys serves nothing and authenticates
-    no one.
+    Owners only (the route declares it): keys are the owner's to manage, and
+    this deletes them. The catalog is bumped unless the gateways cannot tell
+    the difference: an agent that is not published and has no keys serves
+    nothing and authenticates no one.
     """
-    if ws.role < Role.OWNER:
-        raise Forbidden(
-            f"deleting an agent deletes its API keys: this needs the owner role in workspace "
-            f"{ws.slug!r}; you are {ws.role.name.lower()}"
-        )
-    current = await _lock_agent(conn, ws, slug)
-    if expected is not None:
-        check_revision(expected, current.id, current.revision, f"agent {slug!r}")
+    current = await _lock_agent(conn, ws, slug, expected)
     cur = await conn.execute(
         "SELECT count(*) AS keys FROM api_keys WHERE agent_id = %s", (current.id,)
     )
     keys = await cur.fetchone()
     assert keys is not None
     await conn.execute("DELETE FROM agents WHERE id = %s", (current.id,))
-    if current.published is not None or keys["keys"]:
-        await bump_catalog(conn)
-    await record(
+    was_published = current.published is not None
+    await record_change(
         conn,
-        workspace_id=ws.id,
-        actor=actor,
-        action="agent.delete",
-        resource_type="agent",
-        resource_name=slug,
-        details={"was_published": current.published is not None, "keys_deleted": keys["keys"]},
+        ws,
+        actor,
+        "agent.delete",
+        slug,
+        {"was_published": was_published, "keys_deleted": keys["keys"]},
+        notify_gateways=was_published or keys["keys"] > 0,
     )

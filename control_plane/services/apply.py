@@ -27,14 +27,22 @@ an apply either happens whole or not at all.
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from collections.abc import Awaitable, Callable
+from typing import Final, Literal, Protocol, TypeVar
 
 import msgspec
 
 from control_plane.auth import Workspace
 from control_plane.errors import ApiError
 from control_plane.etag import Precondition
-from control_plane.lint import Finding, file_paths, has_errors, lint_file, to_field_errors
+from control_plane.lint import (
+    Finding,
+    check_and_lint_file,
+    file_paths,
+    has_errors,
+    lint_file,
+    to_field_errors,
+)
 from control_plane.services import agents, operations
 from shared.db import Connection
 from shared.spec import AgentSpec, CrankFile, OperationSpec
@@ -119,7 +127,14 @@ def check_file(file: CrankFile) -> list[FieldError]:
     return errors
 
 
-def _unresolved_bindings(file: CrankFile, existing: set[str]) -> list[FieldError]:
+def bound_elsewhere(file: CrankFile) -> list[str]:
+    """The operations the file's agents bind but the file does not hold, sorted."""
+    in_file = {op.name for op in file.operations}
+    return sorted({name for agent in file.agents for name in agent.operations} - in_file)
+
+
+def unresolved_bindings(file: CrankFile, existing: set[str]) -> list[FieldError]:
+    """Bindings to operations neither the file nor ``existing`` (the workspace's) holds."""
     known = existing | {op.name for op in file.operations}
     errors = []
     for index, agent in enumerate(file.agents):
@@ -144,10 +159,8 @@ async def _names(conn: Connection, query: str, ws: Workspace, names: list[str]) 
 async def _lock(conn: Connection, ws: Workspace, file: CrankFile) -> set[str]:
     """Take the locks; return the names of operations the workspace already has."""
     await conn.execute(_LOCK_WORKSPACE, (f"crank.apply:{ws.id}",))
-    in_file = [op.name for op in file.operations]
-    existing = await _names(conn, _LOCK_OPERATIONS, ws, in_file)
-    bound_only = sorted({name for a in file.agents for name in a.operations} - set(in_file))
-    existing |= await _names(conn, _SHARE_OPERATIONS, ws, bound_only)
+    existing = await _names(conn, _LOCK_OPERATIONS, ws, [op.name for op in file.operations])
+    existing |= await _names(conn, _SHARE_OPERATIONS, ws, bound_elsewhere(file))
     await _names(conn, _LOCK_AGENTS, ws, [agent.slug for agent in file.agents])
     return existing
 
@@ -158,20 +171,39 @@ def _refusal(prefix: str, exc: ApiError) -> list[FieldError]:
     return [FieldError(prefix, exc.message)]
 
 
+class _Draft(Protocol):
+    @property
+    def id(self) -> int: ...
+    @property
+    def revision(self) -> int: ...
+
+
+DraftRow = TypeVar("DraftRow", bound=_Draft)
+
+
+async def _write_draft(
+    row: DraftRow | None,
+    create: Callable[[], Awaitable[DraftRow]],
+    update: Callable[[Precondition], Awaitable[DraftRow]],
+) -> tuple[DraftRow, Action]:
+    """Create the resource if ``row`` (as just read) is None, else update its draft
+    as of that read; a revision that did not move means nothing changed."""
+    if row is None:
+        return await create(), "create"
+    updated = await update(Precondition(row.id, row.revision))
+    return updated, "update" if updated.revision != row.revision else "unchanged"
+
+
 async def _apply_operation(
     conn: Connection, ws: Workspace, actor: str, spec: OperationSpec, *, publish: bool
 ) -> PlanItem:
-    row = await operations.get_operation(conn, ws.id, spec.name)
-    action: Action
-    if row is None:
-        row = await operations.create_operation(conn, ws, actor, spec)
-        action = "create"
-    else:
-        before = row.revision
-        row = await operations.update_operation_draft(
-            conn, ws, actor, spec.name, spec, Precondition(row.id, before)
-        )
-        action = "update" if row.revision != before else "unchanged"
+    row, action = await _write_draft(
+        await operations.get_operation(conn, ws.id, spec.name),
+        lambda: operations.create_operation(conn, ws, actor, spec),
+        lambda expected: operations.update_operation_draft(
+            conn, ws, actor, spec.name, spec, expected
+        ),
+    )
     item = PlanItem(kind="operation", name=spec.name, action=action, version=row.latest_version)
     if publish:
         result = await operations.publish_operation(
@@ -184,17 +216,11 @@ async def _apply_operation(
 async def _apply_agent(
     conn: Connection, ws: Workspace, actor: str, spec: AgentSpec, *, publish: bool
 ) -> PlanItem:
-    row = await agents.get_agent(conn, ws.id, spec.slug)
-    action: Action
-    if row is None:
-        row = await agents.create_agent(conn, ws, actor, spec)
-        action = "create"
-    else:
-        before = row.revision
-        row = await agents.update_agent_draft(
-            conn, ws, actor, spec.slug, spec, Precondition(row.id, before)
-        )
-        action = "update" if row.revision != before else "unchanged"
+    row, action = await _write_draft(
+        await agents.get_agent(conn, ws.id, spec.slug),
+        lambda: agents.create_agent(conn, ws, actor, spec),
+        lambda expected: agents.update_agent_draft(conn, ws, actor, spec.slug, spec, expected),
+    )
     item = PlanItem(kind="agent", name=spec.slug, action=action)
     if publish:
         # A no-op when the published state already equals the draft; the catalog
@@ -227,6 +253,22 @@ async def _write(
     return items
 
 
+async def _stored_specs(
+    conn: Connection, ws: Workspace, file: CrankFile
+) -> dict[str, OperationSpec]:
+    """What the operations the file binds but does not hold serve in ``ws``."""
+    return await operations.serving_specs(conn, ws.id, bound_elsewhere(file))
+
+
+async def lint_in_workspace(conn: Connection, ws: Workspace, file: CrankFile) -> list[Finding]:
+    """What the lint API answers for ``file``: its validation errors and unresolved
+    bindings as ``spec-invalid`` findings, then every lint finding, agents linted
+    against the file's operations and the workspace's for the rest. Writes nothing."""
+    stored = await _stored_specs(conn, ws, file)
+    invalid = check_file(file) + unresolved_bindings(file, set(stored))
+    return check_and_lint_file(file, invalid, stored)
+
+
 async def apply_file(
     conn: Connection,
     ws: Workspace,
@@ -246,12 +288,10 @@ async def apply_file(
     if plan.errors:
         return plan
     existing = await _lock(conn, ws, file)
-    plan.errors = _unresolved_bindings(file, existing)
+    plan.errors = unresolved_bindings(file, existing)
     if plan.errors:
         return plan
-    in_file = {op.name for op in file.operations}
-    bound_only = sorted({name for a in file.agents for name in a.operations} - in_file)
-    plan.findings = lint_file(file, await operations.serving_specs(conn, ws.id, bound_only))
+    plan.findings = lint_file(file, await _stored_specs(conn, ws, file))
     if has_errors(plan.findings):
         plan.errors = to_field_errors(plan.findings, file_paths(file))
         return plan

@@ -40,7 +40,7 @@ from control_plane.etag import Precondition
 from control_plane.lint import Finding, lint_agent, lint_operation
 from control_plane.openapi_import import ImportResult, Note, SecretNeeded, Skipped, SourceInfo
 from control_plane.services import agents, operations
-from control_plane.services.audit import record
+from control_plane.services.audit import record_change
 from control_plane.services.operations import Change, diff_values
 from shared.db import Connection
 from shared.spec import AgentSpec, OperationSpec, spec_to_builtins
@@ -273,14 +273,13 @@ async def import_openapi(
             msgspec.structs.replace(result.agent, operations=present), bound
         )
     if not dry_run:
-        await record(
+        await record_change(
             conn,
-            workspace_id=ws.id,
-            actor=actor,
-            action="openapi.import",
-            resource_type="workspace",
-            resource_name=ws.slug,
-            details={
+            ws,
+            actor,
+            "openapi.import",
+            ws.slug,
+            {
                 "source": source,
                 "title": result.info.title,
                 "version": result.info.version,
@@ -293,5 +292,6 @@ async def import_openapi(
                 "agent": report.agent.slug if report.agent else None,
                 "operations": importer.hashes,
             },
+            resource_type="workspace",
         )
     return report

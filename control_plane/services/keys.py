@@ -17,8 +17,7 @@ from psycopg import errors as pg_errors
 
 from control_plane.auth import Workspace
 from control_plane.errors import Conflict, NotFound, ValidationFailed
-from control_plane.services.audit import record
-from control_plane.services.catalog import bump_catalog
+from control_plane.services.audit import record_change
 from control_plane.services.constraints import refuse_check_violations
 from shared.crypto import KeyHasher
 from shared.db import Connection
@@ -134,15 +133,15 @@ async def create_api_key(
             [FieldError("agent", f"no agent {agent!r} in workspace {ws.slug!r}")]
         ) from None
     assert row is not None
-    await bump_catalog(conn)
-    await record(
+    await record_change(
         conn,
-        workspace_id=ws.id,
-        actor=actor,
-        action="key.create",
+        ws,
+        actor,
+        "key.create",
+        prefix,
+        {"prefix": prefix, "kind": kind, "agent": agent, "name": name},
         resource_type="api_key",
-        resource_name=prefix,
-        details={"prefix": prefix, "kind": kind, "agent": agent, "name": name},
+        notify_gateways=True,
     )
     return IssuedKey(
         id=row["id"],
@@ -179,14 +178,14 @@ async def revoke_api_key(conn: Connection, ws: Workspace, actor: str, key_id: in
     )
     revoked = await cur.fetchone()
     assert revoked is not None
-    await bump_catalog(conn)
-    await record(
+    await record_change(
         conn,
-        workspace_id=ws.id,
-        actor=actor,
-        action="key.revoke",
+        ws,
+        actor,
+        "key.revoke",
+        row["prefix"],
+        {"prefix": row["prefix"], "kind": row["kind"], "agent": row["agent"]},
         resource_type="api_key",
-        resource_name=row["prefix"],
-        details={"prefix": row["prefix"], "kind": row["kind"], "agent": row["agent"]},
+        notify_gateways=True,
     )
     return _view({**row, "revoked_at": revoked["revoked_at"]})

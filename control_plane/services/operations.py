@@ -28,7 +28,7 @@ from control_plane.auth import Workspace
 from control_plane.errors import Conflict, LintFailed, NotFound, ValidationFailed
 from control_plane.etag import Precondition, check_revision
 from control_plane.lint import Finding, has_errors, lint_operation, to_field_errors
-from control_plane.services.audit import record
+from control_plane.services.audit import record_change
 from control_plane.services.catalog import bump_catalog
 from control_plane.services.constraints import refuse_check_violations
 from shared.db import Connection
@@ -121,8 +121,11 @@ async def get_operation(conn: Connection, workspace_id: int, name: str) -> Opera
     return None if values is None else _row(values)
 
 
-async def lock_operation(conn: Connection, ws: Workspace, name: str) -> OperationRow:
-    """The operation, locked until the transaction ends; 404 if there is none.
+async def lock_operation(
+    conn: Connection, ws: Workspace, name: str, expected: Precondition | None
+) -> OperationRow:
+    """The operation, locked until the transaction ends; 404 if there is none, 409
+    if it is not the one ``expected`` names (``None`` skips that check).
 
     Two statements on purpose: after waiting for the lock, READ COMMITTED
     re-reads the locked row but not rows joined to it, so a one-statement
@@ -138,6 +141,8 @@ async def lock_operation(conn: Connection, ws: Workspace, name: str) -> Operatio
         raise NotFound(f"operation {name!r} not found in workspace {ws.slug!r}")
     row = await get_operation(conn, ws.id, name)
     assert row is not None  # locked: nobody can delete it now
+    if expected is not None:
+        check_revision(expected, row.id, row.revision, f"operation {name!r}")
     return row
 
 
@@ -169,11 +174,6 @@ async def serving_specs(
         except msgspec.ValidationError:
             continue
     return specs
-
-
-def _check_revision(row: OperationRow, expected: Precondition | None) -> None:
-    if expected is not None:
-        check_revision(expected, row.id, row.revision, f"operation {row.name!r}")
 
 
 async def list_operations(
@@ -220,15 +220,7 @@ async def create_operation(
             f"operation {spec.name!r} already exists in workspace {ws.slug!r}",
             code="already_exists",
         ) from None
-    await record(
-        conn,
-        workspace_id=ws.id,
-        actor=actor,
-        action="operation.create",
-        resource_type="operation",
-        resource_name=spec.name,
-        details={"revision": 1},
-    )
+    await record_change(conn, ws, actor, "operation.create", spec.name, {"revision": 1})
     row = await get_operation(conn, ws.id, spec.name)
     assert row is not None
     return row
@@ -258,22 +250,13 @@ async def update_operation_draft(
         raise ValidationFailed(
             [FieldError("name", f"the body names {spec.name!r} but the URL names {name!r}")]
         )
-    row = await lock_operation(conn, ws, name)
-    _check_revision(row, expected)
+    row = await lock_operation(conn, ws, name, expected)
     _validate(spec)
     draft = spec_to_builtins(spec)
     if draft == row.draft:
         return row
     row = await _set_draft(conn, row, draft)
-    await record(
-        conn,
-        workspace_id=ws.id,
-        actor=actor,
-        action="operation.update",
-        resource_type="operation",
-        resource_name=name,
-        details={"revision": row.revision},
-    )
+    await record_change(conn, ws, actor, "operation.update", name, {"revision": row.revision})
     return row
 
 
@@ -281,8 +264,7 @@ async def discard_draft(
     conn: Connection, ws: Workspace, actor: str, name: str, expected: Precondition | None
 ) -> DiscardResult:
     """Reset the draft to the latest version; an operation never published is deleted."""
-    row = await lock_operation(conn, ws, name)
-    _check_revision(row, expected)
+    row = await lock_operation(conn, ws, name, expected)
     if row.latest_spec is None:
         await conn.execute("DELETE FROM operations WHERE id = %s", (row.id,))
         result = DiscardResult(name=name, deleted=True, revision=None, latest_version=None)
@@ -295,14 +277,13 @@ async def discard_draft(
         return DiscardResult(
             name=name, deleted=False, revision=row.revision, latest_version=row.latest_version
         )
-    await record(
+    await record_change(
         conn,
-        workspace_id=ws.id,
-        actor=actor,
-        action="operation.discard_draft",
-        resource_type="operation",
-        resource_name=name,
-        details={"deleted": result.deleted, "latest_version": result.latest_version},
+        ws,
+        actor,
+        "operation.discard_draft",
+        name,
+        {"deleted": result.deleted, "latest_version": result.latest_version},
     )
     return result
 
@@ -382,8 +363,7 @@ async def publish_operation(
     conn: Connection, ws: Workspace, actor: str, name: str, expected: Precondition | None
 ) -> PublishResult:
     """Publish the draft as version latest+1; no version when it is the latest already."""
-    row = await lock_operation(conn, ws, name)
-    _check_revision(row, expected)
+    row = await lock_operation(conn, ws, name, expected)
     if not row.draft_changed:  # nothing is published, so nothing is blocked
         assert row.latest_version is not None
         return PublishResult(
@@ -395,14 +375,8 @@ async def publish_operation(
         )
     findings = await _check_publishable(conn, ws, row.draft)
     version = await _new_version(conn, ws, actor, row, row.draft)
-    await record(
-        conn,
-        workspace_id=ws.id,
-        actor=actor,
-        action="operation.publish",
-        resource_type="operation",
-        resource_name=name,
-        details={"version": version, "revision": row.revision},
+    await record_change(
+        conn, ws, actor, "operation.publish", name, {"version": version, "revision": row.revision}
     )
     return PublishResult(
         name=name, version=version, changed=True, revision=row.revision, findings=findings
@@ -418,8 +392,7 @@ async def rollback_operation(
     expected: Precondition | None,
 ) -> PublishResult:
     """Publish an earlier version's spec as a new version and make it the draft too."""
-    row = await lock_operation(conn, ws, name)
-    _check_revision(row, expected)
+    row = await lock_operation(conn, ws, name, expected)
     target = await get_version(conn, ws, name, version)
     republish = target.spec != row.latest_spec
     findings: list[Finding] = []
@@ -437,14 +410,13 @@ async def rollback_operation(
     else:  # the draft is reset to the latest version, which already has this spec
         assert row.latest_version is not None
         latest = row.latest_version
-    await record(
+    await record_change(
         conn,
-        workspace_id=ws.id,
-        actor=actor,
-        action="operation.rollback",
-        resource_type="operation",
-        resource_name=name,
-        details={"from_version": version, "version": latest, "revision": row.revision},
+        ws,
+        actor,
+        "operation.rollback",
+        name,
+        {"from_version": version, "version": latest, "revision": row.revision},
     )
     return PublishResult(
         name=name, version=latest, changed=republish, revision=row.revision, findings=findings

@@ -14,8 +14,7 @@ import msgspec
 
 from control_plane.auth import Workspace
 from control_plane.errors import NotFound, ValidationFailed
-from control_plane.services.audit import record
-from control_plane.services.catalog import bump_catalog
+from control_plane.services.audit import record_change
 from control_plane.services.constraints import refuse_check_violations
 from shared.crypto import CryptoError, Sealed, SecretBox, secret_associated_data
 from shared.db import Connection
@@ -112,15 +111,14 @@ async def set_secret(
     row = await cur.fetchone()
     assert row is not None
     created = bool(row.pop("created"))
-    await bump_catalog(conn)
-    await record(
+    await record_change(
         conn,
-        workspace_id=ws.id,
-        actor=actor,
-        action="secret.create" if created else "secret.update",
-        resource_type="secret",
-        resource_name=name,
-        details={"key_id": sealed.key_id},
+        ws,
+        actor,
+        "secret.create" if created else "secret.update",
+        name,
+        {"key_id": sealed.key_id},
+        notify_gateways=True,
     )
     return StoredSecret(view=SecretView(**row), created=created, changed=True)
 
@@ -131,12 +129,4 @@ async def delete_secret(conn: Connection, ws: Workspace, actor: str, name: str) 
     )
     if await cur.fetchone() is None:
         raise NotFound(f"secret {name!r} not found in workspace {ws.slug!r}")
-    await bump_catalog(conn)
-    await record(
-        conn,
-        workspace_id=ws.id,
-        actor=actor,
-        action="secret.delete",
-        resource_type="secret",
-        resource_name=name,
-    )
+    await record_change(conn, ws, actor, "secret.delete", name, notify_gateways=True)

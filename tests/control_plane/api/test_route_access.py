@@ -1,6 +1,7 @@
 """Every workspace route, enumerated from the app itself: another workspace's
-token gets 404 and a viewer cannot write. A new route without a sample body
-here fails the test, so no route escapes these checks."""
+token gets 404, a viewer cannot write, and every admin route declares who may
+call it (an app with a route that does not, does not start). A new route
+without a sample body here fails the test, so no route escapes these checks."""
 
 from __future__ import annotations
 
@@ -8,9 +9,24 @@ from typing import Any
 
 import psycopg
 import pytest
-from litestar import Litestar
+from litestar import Litestar, Router, get
+from litestar.exceptions import ImproperlyConfiguredException
+from litestar.handlers import BaseRouteHandler
+from litestar.params import FromPath
 from litestar.routes import HTTPRoute
 
+from control_plane.access import (
+    ANY_CALLER,
+    INSTANCE_ADMIN,
+    Access,
+    check_declared_access,
+    declared_access,
+    dependency_names,
+)
+from control_plane.app import API_PREFIX, SCHEMA_PATH
+from control_plane.auth import Role
+from control_plane.deps import Caller, CurrentWorkspace, dependencies
+from shared.db import Connection
 from tests.support.api import Client, auth, make_token
 
 OPERATION: dict[str, Any] = {
@@ -92,17 +108,25 @@ def concrete(path: str, seeded: dict[str, str]) -> str:
 
 
 async def call(
-    client: Client, method: str, route: str, token: str, seeded: dict[str, str]
+    client: Client,
+    method: str,
+    route: str,
+    token: str | None,
+    seeded: dict[str, str],
+    *,
+    if_match: bool = True,
 ) -> tuple[int, Any]:
+    """Call the route with its sample body; ``token`` None sends no Authorization."""
     if method in ("POST", "PUT") and (method, route) not in SAMPLE_BODIES:
         has_body = route.endswith(("/publish", "/unpublish", "/rollback"))
         assert has_body, f"add a sample body for {method} {route} to SAMPLE_BODIES"
     etag = seeded["agent_etag"] if "/agents/" in route else seeded["op_etag"]
+    headers = {} if token is None else auth(token, etag if if_match else None)
     response = await client.request(
         method,
         concrete(route, seeded),
         json=SAMPLE_BODIES.get((method, route)),
-        headers=auth(token, etag),
+        headers=headers,
     )
     body = response.json() if response.content else None
     return response.status_code, body
@@ -170,3 +194,152 @@ async def test_editor_gets_403_on_every_route_that_changes_keys_and_changes_noth
         status, body = await call(client, method, route, editor, seeded)
         assert (status, body["code"]) == (403, "forbidden"), (method, route, body)
     assert state_of(database_url) == before
+
+
+def api_handlers(app: Litestar) -> dict[tuple[str, str], BaseRouteHandler]:
+    """Every admin API handler by (method, path below the API prefix), schema routes excepted."""
+    handlers: dict[tuple[str, str], BaseRouteHandler] = {}
+    for route in app.routes:
+        if not isinstance(route, HTTPRoute) or not route.path.startswith(f"{API_PREFIX}/"):
+            continue
+        if route.path.startswith(SCHEMA_PATH):
+            continue
+        for handler in route.route_handlers:
+            for method in set(handler.http_methods) - {"OPTIONS"}:
+                handlers[(method, route.path.removeprefix(API_PREFIX))] = handler
+    return handlers
+
+
+def expected_role(method: str, route: str) -> Role:
+    if (method, route) in OWNER_ONLY:
+        return Role.OWNER
+    if method == "GET" or (method, route) in READ_ONLY_POSTS:
+        return Role.VIEWER
+    return Role.EDITOR
+
+
+OUTSIDE_WORKSPACES: dict[tuple[str, str], Access] = {
+    ("GET", "/me"): ANY_CALLER,
+    ("GET", "/workspaces"): ANY_CALLER,
+    ("POST", "/workspaces"): INSTANCE_ADMIN,
+}
+
+
+async def test_every_admin_route_declares_the_access_the_docs_give_it(app: Litestar) -> None:
+    declared = {key: declared_access(handler) for key, handler in api_handlers(app).items()}
+    expected: dict[tuple[str, str], Role | Access] = {
+        **OUTSIDE_WORKSPACES,
+        ("GET", "/workspaces/{workspace:str}"): Role.VIEWER,
+        **{
+            (method, WORKSPACE_PREFIX.removeprefix(API_PREFIX) + route): expected_role(
+                method, route
+            )
+            for method, route in workspace_routes(app)
+        },
+    }
+    assert declared == expected
+
+
+async def test_every_workspace_route_resolves_its_workspace_through_the_role_check(
+    app: Litestar,
+) -> None:
+    for (method, route), handler in api_handlers(app).items():
+        if "{workspace:str}" in route:
+            assert "ws" in dependency_names(handler), (method, route)
+
+
+def if_match_routes(app: Litestar) -> list[tuple[str, str]]:
+    handlers = api_handlers(app)
+    prefix = WORKSPACE_PREFIX.removeprefix(API_PREFIX)
+    return [
+        (method, route)
+        for method, route in workspace_routes(app)
+        if "if_match" in dependency_names(handlers[(method, prefix + route)])
+    ]
+
+
+async def test_writes_answer_401_then_404_then_403_before_428_for_a_missing_if_match(
+    client: Client, app: Litestar, admin_token: str, database_url: str
+) -> None:
+    routes = if_match_routes(app)
+    assert len(routes) == 8
+    seeded = await seed_workspace_b(client, admin_token)
+    owner_of_a = await make_token(database_url, "owner", "a")
+    viewer = await make_token(database_url, "viewer", "b")
+    owner = await make_token(database_url, "owner", "b")
+    before = state_of(database_url)
+    for method, route in routes:
+        answers = [
+            await call(client, method, route, token, seeded, if_match=False)
+            for token in (None, owner_of_a, viewer, owner)
+        ]
+        codes = [(status, body["code"]) for status, body in answers]
+        assert codes == [
+            (401, "unauthorized"),
+            (404, "not_found"),
+            (403, "forbidden"),
+            (428, "if_match_required"),
+        ], (method, route)
+    assert state_of(database_url) == before
+
+
+def start(*handlers: BaseRouteHandler) -> None:
+    """Build an app with ``handlers`` under the API prefix and run the start-up check."""
+    api = Router(API_PREFIX, route_handlers=list(handlers))
+    app = Litestar(
+        route_handlers=[api],
+        dependencies=dependencies,
+        signature_namespace={"Connection": Connection},
+    )
+    check_declared_access(app.routes, under=API_PREFIX, public=SCHEMA_PATH)
+
+
+@get("/workspaces/{workspace:str}/things", access=Role.VIEWER, sync_to_thread=False)
+def declared_workspace_route(ws: CurrentWorkspace) -> str:
+    return ws.slug
+
+
+@get("/workspaces/{workspace:str}/things", sync_to_thread=False)
+def undeclared_workspace_route(ws: CurrentWorkspace) -> str:
+    return ws.slug
+
+
+@get("/workspaces/{workspace:str}/things", access=Role.VIEWER, sync_to_thread=False)
+def unchecked_workspace_route(workspace: FromPath[str]) -> str:
+    return workspace
+
+
+@get("/workspaces/{workspace:str}/things", access=ANY_CALLER, sync_to_thread=False)
+def workspace_route_for_any_caller(ws: CurrentWorkspace) -> str:
+    return ws.slug
+
+
+@get("/things", access=Role.EDITOR, sync_to_thread=False)
+def role_outside_workspaces(principal: Caller) -> str:
+    return principal.name
+
+
+@get("/things", access=ANY_CALLER, sync_to_thread=False)
+def unauthenticated_route() -> str:
+    return "anyone"
+
+
+def test_an_app_whose_routes_declare_and_enforce_their_access_starts() -> None:
+    start(declared_workspace_route)
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [
+        undeclared_workspace_route,
+        unchecked_workspace_route,
+        workspace_route_for_any_caller,
+        role_outside_workspaces,
+        unauthenticated_route,
+    ],
+)
+def test_an_app_with_a_route_whose_access_is_undeclared_or_unenforced_does_not_start(
+    handler: BaseRouteHandler,
+) -> None:
+    with pytest.raises(ImproperlyConfiguredException):
+        start(handler)

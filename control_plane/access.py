@@ -1,0 +1,104 @@
+"""Who may call each admin route: declared once on the route, checked by its
+dependencies (docs/architecture.md, "Roles").
+
+Every handler of the admin API names its callers in its decorator with
+``access=`` (Litestar keeps extra decorator keywords in the handler's ``opt``):
+
+- a :class:`~control_plane.auth.Role` for a route under
+  ``/workspaces/{workspace}``: the ``ws`` dependency (control_plane.deps)
+  loads the path's workspace and refuses a caller below that role;
+- ``ANY_CALLER`` for a route outside workspaces that any admin token may call;
+- ``INSTANCE_ADMIN`` for a route outside workspaces only instance admins may
+  call: the ``principal`` dependency refuses the others.
+
+:func:`check_declared_access` runs when the app is built and refuses to start
+it when a route declares nothing, or declares something its path and
+dependencies cannot enforce, so a new route cannot forget its check.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable
+from enum import Enum
+
+from litestar.exceptions import ImproperlyConfiguredException
+from litestar.handlers import BaseRouteHandler
+from litestar.routes import BaseRoute, HTTPRoute
+
+from control_plane.auth import Role
+
+ACCESS = "access"  # the handler opt key the decorators' ``access=`` lands in
+WORKSPACE_PARAMETER = "workspace"  # the path parameter naming the workspace
+WORKSPACE_DEPENDENCY = "ws"  # the dependency that checks a workspace route's role
+CALLER_DEPENDENCY = "principal"  # the dependency that authenticates every caller
+
+
+class Access(Enum):
+    """Access of a route outside workspaces (workspace routes declare a Role)."""
+
+    ANY_CALLER = "any admin token"
+    INSTANCE_ADMIN = "instance admins only"
+
+
+ANY_CALLER = Access.ANY_CALLER
+INSTANCE_ADMIN = Access.INSTANCE_ADMIN
+
+
+def declared_access(handler: BaseRouteHandler) -> Role | Access | None:
+    """What the handler declared with ``access=``; None when it declared nothing usable."""
+    value = handler.opt.get(ACCESS)
+    return value if isinstance(value, Role | Access) else None
+
+
+def dependency_names(handler: BaseRouteHandler) -> set[str]:
+    """Every dependency the handler resolves, directly or through other dependencies."""
+    providers = handler.resolve_dependencies()
+    pending = [name for name in handler.parsed_fn_signature.parameters if name in providers]
+    seen: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        wanted = inspect.signature(providers[name].dependency).parameters
+        pending.extend(param for param in wanted if param in providers)
+    return seen
+
+
+def access_problem(route: HTTPRoute, handler: BaseRouteHandler) -> str | None:
+    """Why the handler's access declaration cannot hold, or None when it does."""
+    access = declared_access(handler)
+    in_workspace = WORKSPACE_PARAMETER in route.path_parameters
+    if access is None:
+        return "declares no access= (a Role, ANY_CALLER or INSTANCE_ADMIN)"
+    if in_workspace != isinstance(access, Role):
+        return (
+            "is under a workspace but does not declare a Role"
+            if in_workspace
+            else f"declares the {access.name.lower()} role but its path names no workspace"
+        )
+    needed = WORKSPACE_DEPENDENCY if in_workspace else CALLER_DEPENDENCY
+    if needed not in dependency_names(handler):
+        return f"does not depend on {needed!r}, which enforces its access"
+    return None
+
+
+def check_declared_access(routes: Iterable[BaseRoute], under: str, public: str) -> None:
+    """Refuse to start when a route below ``under`` (but not below ``public``) has
+    no access declaration its dependencies enforce; Litestar's automatic OPTIONS
+    answers are left alone."""
+    problems = [
+        f"{sorted(handler.http_methods)} {route.path} {problem}"
+        for route in routes
+        if isinstance(route, HTTPRoute)
+        and route.path.startswith(f"{under}/")
+        and not (route.path == public or route.path.startswith(f"{public}/"))
+        for handler in route.route_handlers
+        if handler.http_methods != {"OPTIONS"}
+        and (problem := access_problem(route, handler)) is not None
+    ]
+    if problems:
+        raise ImproperlyConfiguredException(
+            "admin routes without enforced access: " + "; ".join(problems)
+        )
