@@ -4,7 +4,7 @@
 log has the status, attempts and time also when the step raises.
 ``upstream_failure`` is the one place where an executor failure
 (shared.outbound.OutboundError) becomes a tool error, as httpx maps transport
-errors in one function; nothing else catches ``OutboundError``.
+errors in one function; no caller of the step catches ``OutboundError``.
 """
 
 from __future__ import annotations
