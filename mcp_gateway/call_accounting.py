@@ -11,7 +11,7 @@ from datetime import datetime
 
 from mcp_gateway.call_log import CallLogWriter, CallRecord
 from mcp_gateway.metrics import agent_label, observe_tool_call
-from shared.upstream import Exchange
+from shared.upstream import UpstreamCall
 
 
 def account_call(
@@ -26,7 +26,7 @@ def account_call(
     tool: str,
     tool_version: int | None,
     outcome: str,
-    upstream: Exchange,
+    upstream: UpstreamCall,
     called_at: datetime,
     duration_ms: float,
     approval_id: str | None = None,

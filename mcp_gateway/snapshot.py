@@ -23,8 +23,8 @@ from shared.compiler import CompiledOperation, compile_operation
 from shared.crypto import SecretBox
 from shared.db import Connection
 from shared.errors import Language, ToolError
+from shared.secrets import open_secrets
 from shared.spec import OperationSpec, RateLimit, operation_from_builtins
-from shared.workspace_secrets import open_secrets
 
 log = structlog.get_logger(__name__)
 

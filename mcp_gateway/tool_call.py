@@ -40,7 +40,7 @@ from shared.compiler import confirmation_token
 from shared.errors import ToolError
 from shared.request_builder import BuiltRequest
 from shared.response_selector import structured_content
-from shared.upstream import Exchange, UpstreamFailure
+from shared.upstream import UpstreamCall, UpstreamFailure
 
 log = structlog.get_logger(__name__)
 
@@ -48,7 +48,7 @@ TRUNCATED_META = "crank/truncated"
 
 
 async def _execute(
-    ctx: ToolCallContext, tool: Tool, arguments: Any, upstream: Exchange, *, wrap_arrays: bool
+    ctx: ToolCallContext, tool: Tool, arguments: Any, upstream: UpstreamCall, *, wrap_arrays: bool
 ) -> dict[str, Any]:
     compiled = tool.compiled
     cleaned = compiled.validate(arguments)
@@ -74,7 +74,12 @@ async def _execute(
 
 
 async def _send(
-    ctx: ToolCallContext, tool: Tool, built: BuiltRequest, upstream: Exchange, *, wrap_arrays: bool
+    ctx: ToolCallContext,
+    tool: Tool,
+    built: BuiltRequest,
+    upstream: UpstreamCall,
+    *,
+    wrap_arrays: bool,
 ) -> dict[str, Any]:
     selected = await tool.compiled.call(ctx.executor, built, upstream)
     log.info(
@@ -117,7 +122,7 @@ async def tools_call(call: Call, message: Message, *, modern: bool) -> bytes:
     ctx = _context(call)
     called_at = datetime.now(UTC)
     started = time.perf_counter()
-    upstream = Exchange()
+    upstream = UpstreamCall()
     outcome: str = "ok"
     approval_id: str | None = None
     try:

@@ -50,7 +50,7 @@ from shared.request_builder import (
 from shared.response_selector import Headers, ResponseSelector, Selected
 from shared.schema_fast_path import compile_fast_check
 from shared.spec import OperationSpec
-from shared.upstream import Exchange, upstream_failure
+from shared.upstream import UpstreamCall, upstream_failure
 
 MAX_REPORTED_ERRORS = 5
 _MAX_EXPLANATION = 160
@@ -194,23 +194,23 @@ class CompiledOperation:
         return self._selector.select(status, headers, body, masker=masker)
 
     async def call(
-        self, executor: UpstreamExecutor, built: BuiltRequest, exchange: Exchange | None = None
+        self, executor: UpstreamExecutor, built: BuiltRequest, upstream: UpstreamCall | None = None
     ) -> Selected:
         """The upstream step: send ``built``, select from the answer. Raises only
         ``ToolError`` (details: upstream_status, attempts, the masked upstream text or
-        reason); ``exchange`` records the measurements either way."""
-        exchange = Exchange() if exchange is None else exchange
+        reason); ``upstream`` records the measurements either way."""
+        upstream = UpstreamCall() if upstream is None else upstream
         masker = built.masker
         started = time.perf_counter()
         try:
             response = await executor.execute(self.upstream_request(built))
         except OutboundError as exc:
-            exchange.attempts = exc.attempts
-            exchange.elapsed_ms = (time.perf_counter() - started) * 1000
+            upstream.attempts = exc.attempts
+            upstream.elapsed_ms = (time.perf_counter() - started) * 1000
             raise upstream_failure(exc, language=self._language, masker=masker) from exc
-        exchange.response = response
-        exchange.attempts = response.attempts
-        exchange.elapsed_ms = response.elapsed_ms
+        upstream.response = response
+        upstream.attempts = response.attempts
+        upstream.elapsed_ms = response.elapsed_ms
         try:
             return self.select(response.status, response.headers, response.body, masker=masker)
         except ToolError as exc:

@@ -1,6 +1,6 @@
 """The vocabulary of the upstream step (``CompiledOperation.call``).
 
-``Exchange`` is what the step measured, filled in as it goes so that the call
+``UpstreamCall`` is what the step measured, filled in as it goes so that the call
 log has the status, attempts and time also when the step raises.
 ``upstream_failure`` is the one place where an executor failure
 (shared.outbound.OutboundError) becomes a tool error, as httpx maps transport
@@ -17,8 +17,8 @@ from shared.outbound import Delivery, OutboundError, UpstreamResponse
 
 
 @dataclass(slots=True)
-class Exchange:
-    """What one upstream step measured (docs/architecture.md, "The upstream step")."""
+class UpstreamCall:
+    """What one upstream step measured (docs/architecture.md, "The upstream call step")."""
 
     response: UpstreamResponse | None = None  # the raw answer, when one came back
     attempts: int = 0
@@ -52,4 +52,4 @@ def upstream_failure(exc: OutboundError, *, language: Language, masker: Masker) 
     return failure
 
 
-__all__ = ["Exchange", "UpstreamFailure", "upstream_failure"]
+__all__ = ["UpstreamCall", "UpstreamFailure", "upstream_failure"]

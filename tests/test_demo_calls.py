@@ -31,7 +31,7 @@ from shared.errors import ToolError
 from shared.outbound import UpstreamExecutor
 from shared.spec import operation_from_builtins, spec_to_builtins
 from shared.ssrf import AddressPolicy
-from shared.upstream import Exchange
+from shared.upstream import UpstreamCall
 from tests.gateway_support import demo_gateway
 from tests.tool_call_support import ERAS, Caller, assert_tool_error
 
@@ -107,7 +107,7 @@ async def test_offline_the_demo_frankfurter_call_is_upstream_unavailable(
     resolver, network = OfflineResolver(failure, answer), NoNetwork()
     # The gateway's default policy and executor configuration (no allowlist needed: public).
     executor = UpstreamExecutor(AddressPolicy(), resolver=resolver, socket_factory=network)
-    upstream = Exchange()
+    upstream = UpstreamCall()
     async with executor:
         with pytest.raises(ToolError) as caught:  # the upstream step, as tools/call runs it
             await compiled.call(executor, built, upstream)

@@ -2,7 +2,7 @@
 tune it (``response.select`` above all) before publishing.
 
 The gateway's own pipeline and guards, the same code (docs/architecture.md,
-"The upstream step")::
+"The upstream call step")::
 
     arguments ──validate──▶ ──build(secret)──▶ BuiltRequest ──call──▶ result | tool error
               (shared.compiler)                 (CompiledOperation.call: shared.outbound's
@@ -53,10 +53,10 @@ from shared.db import Connection
 from shared.errors import ErrorCode, ToolError
 from shared.masking import NO_SECRETS, Masker
 from shared.request_builder import BuiltRequest
+from shared.secrets import load_secrets
 from shared.spec import OperationSpec, operation_from_builtins
 from shared.spec_validation import FieldError, validate_operation
-from shared.upstream import Exchange
-from shared.workspace_secrets import load_secrets
+from shared.upstream import UpstreamCall
 
 log = structlog.get_logger(__name__)
 
@@ -158,7 +158,7 @@ def _tool_error(exc: ToolError, request_id: str, masker: Masker) -> TryResult:
     )
 
 
-def _upstream_view(upstream: Exchange, masker: Masker, code: ErrorCode | None) -> UpstreamView:
+def _upstream_view(upstream: UpstreamCall, masker: Masker, code: ErrorCode | None) -> UpstreamView:
     """What the upstream answered, masked; ``code`` says why when it did not answer."""
     response = upstream.response
     if response is None:
@@ -191,7 +191,7 @@ async def _call(
     request_id: str,
 ) -> tuple[UpstreamView, TryResult]:
     masker = built.masker
-    upstream = Exchange()
+    upstream = UpstreamCall()
     try:
         selected = await compiled.call(state.executor, built, upstream)
     except ToolError as exc:

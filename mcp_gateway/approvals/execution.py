@@ -5,7 +5,7 @@ so it cannot be sent as it is. ``Performer.perform`` rebuilds it from the
 operation version's spec (immutable; the snapshot's compiled tool when it is
 that version, else loaded and compiled once), the stored validated arguments
 and the workspace's current secrets (the snapshot's when it holds the agent,
-else loaded and opened by shared.workspace_secrets), through the same
+else loaded and opened by shared.secrets), through the same
 compiled pipeline as tools/call (validate → build → ``CompiledOperation.call``,
 the one upstream step). It sends the
 request only if it equals the stored one modulo the masked values
@@ -49,9 +49,9 @@ from shared.errors import ErrorCode, Language, ToolError
 from shared.masking import MASK, Masker
 from shared.outbound import UpstreamExecutor
 from shared.request_builder import BuiltRequest
+from shared.secrets import load_secrets
 from shared.spec import operation_from_builtins
-from shared.upstream import Exchange
-from shared.workspace_secrets import load_secrets
+from shared.upstream import UpstreamCall
 
 log = structlog.get_logger(__name__)
 
@@ -168,7 +168,7 @@ class Performer:
     async def perform(self, row: Claimed) -> Outcome:
         """The outcome to record; raises ``Deferred`` when the database failed first."""
         called_at, started = datetime.now(UTC), time.perf_counter()
-        upstream = Exchange()
+        upstream = UpstreamCall()
         try:
             compiled = await self._compiled(row)
             secrets = await self._secrets(row, compiled)
@@ -210,7 +210,7 @@ class Performer:
         row: Claimed,
         compiled: CompiledOperation,
         secrets: Mapping[str, str],
-        upstream: Exchange,
+        upstream: UpstreamCall,
     ) -> Outcome:
         try:
             built = compiled.build(compiled.validate(row.arguments), secrets)
