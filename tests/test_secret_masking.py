@@ -1,17 +1,18 @@
 """No secret reaches anything Crank shows, stores or logs.
 
-A bearer token and a basic-auth password, each with "/", "+" and a quote, go
-through every path that can reflect them. The upstream on loopback echoes
-the secret it was sent (the password alone, for basic auth) in every
-spelling of tests/masking_support.py: raw, JSON-escaped (``\\/``, ``\\u00XX``),
-percent-encoded and base64, as JSON on success and as text (with the secret
-straddling the cuts of the error excerpt and of the approval text) on
-failure. Checked: tools/call results and tool errors (what the model gets),
-approval records (``response_payload``, read with the approval key), try-it
-(request, upstream and result), the call log, the audit log and every other
-table (read straight from the database), and the structlog output of the
-gateway and of the control plane, both run as deployed (granian) with their
-output in files. No spelling may appear anywhere.
+A bearer token and a basic-auth password, each with "/", "+", a quote and a
+non-ASCII letter, go through every path that can reflect them. The upstream
+on loopback echoes the secret it was sent (the password alone, for basic
+auth) in every spelling of tests/masking_support.py: raw, JSON-escaped
+(``\\/``, ``\\u00XX``), percent-encoded and base64, as JSON on success and
+as text (with the secret straddling the cuts of the error excerpt and of the
+approval text) on failure. Checked: tools/call results and tool errors (what
+the model gets), approval records (``response_payload``, read with the
+approval key), try-it (request, upstream and result), the call log, the
+audit log and every other table (read straight from the database), and the
+structlog output of the gateway and of the control plane, both run as
+deployed (granian) with their output in files. No spelling may appear
+anywhere.
 
 Also here: an approved call that the worker runs shows in the call log with
 its approval id and in ``crank_tool_calls_total``.
@@ -45,8 +46,8 @@ from tests.gateway_support import (
 from tests.masking_support import leaks, spellings
 from tests.tool_call_support import BASE, ERAS, Caller, ok, publish_agent, publish_operation
 
-TOKEN = 'tok/en+abc"Q9-bearer'
-BASIC = 'crank-user:pa/ss+w0rd"Z-basic'
+TOKEN = 'tok/en+abc"Q9-béarer'
+BASIC = 'crank-user:pa/ss+w0rd"Z-bøsic'
 PASSWORD = BASIC.partition(":")[2]  # what the upstream echoes for basic auth
 SECRETS = [TOKEN, BASIC, PASSWORD]
 AGENT = "leaks"
