@@ -206,6 +206,7 @@ class GatewayApp:
             owner=replicas.replica_id,
             snapshot=lambda: refresher.snapshot,
             box=SecretBox(self.secret_key, settings.secret_key_previous),
+            call_log=self.state.call_log,
             language=settings.language,
             concurrency=settings.approval_workers,
         )

@@ -1,4 +1,5 @@
-"""The call log: one row per tools/call, written in batches off the hot path.
+"""The call log: one row per tools/call and per approved call the approval
+worker runs (mcp_gateway.call_accounting), written in batches off the hot path.
 
 ``CallLogWriter.record`` appends a row to an in-memory buffer (O(1), no I/O);
 a background loop (shared.periodic) writes the buffer every
@@ -47,21 +48,22 @@ class CallRecord(NamedTuple):
     called_at: datetime
     workspace_id: int
     agent_id: int
-    key_id: int
+    key_id: int | None  # the agent key that asked; an approval row may not name it
     request_id: str
     tool: str
     tool_version: int | None
     outcome: str  # "ok" or an error code of shared.errors
     upstream_status: int | None  # None when no HTTP answer came back
     attempts: int
-    duration_ms: float  # the whole tools/call
+    duration_ms: float  # the whole tools/call, or the whole run of an approved call
     upstream_ms: float | None  # None when the upstream was not called
+    approval_id: str | None = None  # the approval this call created or ran
 
 
 _COPY = (
     "COPY call_log (called_at, workspace_id, agent_id, key_id, request_id, tool,"
-    " tool_version, outcome, upstream_status, attempts, duration_ms, upstream_ms)"
-    " FROM STDIN (FORMAT BINARY)"
+    " tool_version, outcome, upstream_status, attempts, duration_ms, upstream_ms,"
+    " approval_id) FROM STDIN (FORMAT BINARY)"
 )
 _TYPES = [
     "timestamptz",
@@ -76,6 +78,7 @@ _TYPES = [
     "int4",
     "float8",
     "float8",
+    "text",
 ]
 
 

@@ -1,27 +1,18 @@
-"""DELETE confirmation: signed single-use tokens that every replica can check.
+"""The DELETE confirmation gate: two calls, a signed single-use token between them.
 
 A DELETE (or any operation with ``safety.confirmation: true``) runs in two
-calls (DESIGN "Safety flows", tool-design.md "Опасные операции"):
+calls (docs/architecture.md, "Gate order"; tool-design.md "Опасные операции"):
 
 1. A call without ``_crank_confirmation_token`` sends nothing upstream and
-   answers ``confirmation_required``; the message carries a fresh token.
+   answers ``confirmation_required``; the message carries a fresh token
+   (mcp_gateway.confirmation_tokens: signed, no database needed).
 2. The same call with the same arguments plus the token goes on to the next
    gate (approval, if configured) and the upstream.
 
-Issuing needs no database. A token is ``ct_`` + base64url(claims ‖ mac):
-
-    claims  msgpack [agent_id, operation_id, version, expires_at, nonce]
-            (expires_at in unix seconds, nonce 8 random bytes)
-    mac     HMAC-SHA-256(key, "ct1" ‖ claims ‖ arguments_hash)[:16]
-    key     HKDF-SHA-256(CRANK_SECRET_KEY, info "crank confirmation tokens v1")
-
-The arguments hash (SHA-256 of the RFC 8785 canonical arguments, without the
-token) is bound through the MAC rather than carried, which keeps a token about
-55 characters long for the model to copy. Using a token inserts the SHA-256 of
-its bytes into ``confirmation_uses`` (``INSERT ... ON CONFLICT DO NOTHING
-RETURNING``): of two concurrent uses on any replicas exactly one gets the row
-and executes. The row carries the token's expiry and is pruned after it
-(mcp_gateway.retention).
+Using a token inserts the SHA-256 of its bytes into ``confirmation_uses``
+(``INSERT ... ON CONFLICT DO NOTHING RETURNING``): of two concurrent uses on
+any replicas exactly one gets the row and executes. The row carries the
+token's expiry and is pruned after it (mcp_gateway.retention).
 
 A token that is malformed, forged, issued for another agent, operation,
 version or other arguments, expired (``CRANK_CONFIRMATION_TTL_S``, 300 s by
@@ -29,150 +20,25 @@ default) or already used answers ``confirmation_invalid``, whose suggested
 action is to call again without the token to get a new one; the reason goes
 to the log and ``details``, never to the model. A used token stays used even
 when the call then fails upstream: repeating a DELETE needs a new
-confirmation. Tokens are signed with the current ``CRANK_SECRET_KEY`` only;
-after a rotation, tokens issued before it answer ``confirmation_invalid``.
+confirmation.
 """
 
 from __future__ import annotations
 
-import binascii
-import hashlib
-import hmac
-import os
-import time
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
-import msgspec
 import structlog
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from mcp_gateway.confirmation_tokens import ConfirmationSigner, InvalidToken, Reason
+from mcp_gateway.snapshot import Tool
+from mcp_gateway.tool_context import ToolCallContext
 from shared.canonical import arguments_hash
-from shared.crypto import b64url_decode, b64url_encode
 from shared.errors import Language, ToolError, confirmation_required
-
-if TYPE_CHECKING:
-    from mcp_gateway.exchange import Exchange
-    from mcp_gateway.snapshot import Tool
 
 log = structlog.get_logger(__name__)
 
-PREFIX = "ct_"
-MAX_TOKEN_LENGTH = 160  # a real token is about 55 characters
-_MAC_BYTES = 16
-_NONCE_BYTES = 8
-_CONTEXT = b"ct1"
-
-Reason = Literal[
-    "malformed",
-    "other_agent",
-    "other_operation",
-    "other_version",
-    "other_arguments",  # or a forged token: the MAC does not match these arguments
-    "expired",
-    "used",
-]
-
-
-class InvalidToken(ValueError):
-    def __init__(self, reason: Reason) -> None:
-        super().__init__(reason)
-        self.reason: Reason = reason
-
-
-class _Claims(msgspec.Struct, array_like=True, frozen=True):
-    agent_id: int
-    operation_id: int
-    version: int
-    expires_at: int  # unix seconds
-    nonce: bytes
-
-
-_encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(_Claims)
-
-
-@dataclass(frozen=True, slots=True)
-class TokenUse:
-    """A verified token: what marks it used, and until when that mark matters."""
-
-    token_hash: bytes
-    expires_at: datetime
-
-
-class ConfirmationSigner:
-    """One per process (GatewayState.confirmations)."""
-
-    def __init__(self, secret_key: str, ttl_s: int) -> None:
-        self._key = HKDF(
-            algorithm=hashes.SHA256(), length=32, salt=None, info=b"crank confirmation tokens v1"
-        ).derive(secret_key.encode())
-        self.ttl_s = ttl_s
-
-    def _mac(self, claims: bytes, digest: bytes) -> bytes:
-        return hmac.new(self._key, _CONTEXT + claims + digest, hashlib.sha256).digest()[:_MAC_BYTES]
-
-    def issue(
-        self,
-        *,
-        agent_id: int,
-        operation_id: int,
-        version: int,
-        digest: bytes,
-        now: float | None = None,
-    ) -> str:
-        """A token for this agent, operation version and arguments hash."""
-        issued_at = time.time() if now is None else now
-        claims = _encoder.encode(
-            _Claims(
-                agent_id,
-                operation_id,
-                version,
-                int(issued_at) + self.ttl_s,
-                os.urandom(_NONCE_BYTES),
-            )
-        )
-        return PREFIX + b64url_encode(claims + self._mac(claims, digest))
-
-    def verify(
-        self,
-        token: str,
-        *,
-        agent_id: int,
-        operation_id: int,
-        version: int,
-        digest: bytes,
-        now: float | None = None,
-    ) -> TokenUse:
-        """The use of a token issued for exactly this call; ``InvalidToken`` otherwise.
-
-        Whether it was used before is the database's answer (``check``)."""
-        if not token.startswith(PREFIX) or len(token) > MAX_TOKEN_LENGTH:
-            raise InvalidToken("malformed")
-        try:
-            raw = b64url_decode(token[len(PREFIX) :])
-            claims = _decoder.decode(raw[:-_MAC_BYTES]) if len(raw) > _MAC_BYTES else None
-        except (binascii.Error, ValueError, msgspec.DecodeError):
-            claims = None
-        if claims is None:
-            raise InvalidToken("malformed")
-        if claims.agent_id != agent_id:
-            raise InvalidToken("other_agent")
-        if claims.operation_id != operation_id:
-            raise InvalidToken("other_operation")
-        if claims.version != version:
-            raise InvalidToken("other_version")
-        if not hmac.compare_digest(raw[-_MAC_BYTES:], self._mac(raw[:-_MAC_BYTES], digest)):
-            raise InvalidToken("other_arguments")
-        if (time.time() if now is None else now) >= claims.expires_at:
-            raise InvalidToken("expired")
-        return TokenUse(
-            token_hash=hashlib.sha256(raw).digest(),
-            expires_at=datetime.fromtimestamp(claims.expires_at, UTC),
-        )
-
+# ConfirmationSigner is re-exported for the process state (mcp_gateway.state), which holds one.
+__all__ = ["ConfirmationSigner", "check"]
 
 _USE = """
 INSERT INTO confirmation_uses (token_hash, expires_at) VALUES (%s, %s)
@@ -185,16 +51,18 @@ def _invalid(reason: Reason, language: Language) -> ToolError:
     return ToolError.of("confirmation_invalid", language=language, details={"reason": reason})
 
 
-async def check(call: Exchange, tool: Tool, arguments: dict[str, Any], token: str | None) -> None:
+async def check(
+    ctx: ToolCallContext, tool: Tool, arguments: dict[str, Any], token: str | None
+) -> None:
     """Return when ``token`` is a valid, unused token for exactly this call, after
     marking it used; raise ToolError ``confirmation_required`` (with a fresh
     token) when there is none, ``confirmation_invalid`` when it does not fit.
 
     ``arguments`` are the validated arguments, without the token."""
-    signer = call.state.confirmations
-    language = call.state.settings.language
+    signer = ctx.confirmations
+    language = ctx.language
     context: dict[str, Any] = {
-        "agent_id": call.agent.id,
+        "agent_id": ctx.agent.id,
         "operation_id": tool.operation_id,
         "version": tool.version,
         "digest": arguments_hash(arguments),
@@ -207,7 +75,7 @@ async def check(call: Exchange, tool: Tool, arguments: dict[str, Any], token: st
     except InvalidToken as exc:
         log.info("confirmation_refused", tool=tool.name, reason=exc.reason)
         raise _invalid(exc.reason, language) from None
-    async with call.state.pool.connection() as conn:
+    async with ctx.pool.connection() as conn:
         cur = await conn.execute(_USE, (use.token_hash, use.expires_at))
         first = await cur.fetchone()
     if first is None:

@@ -48,28 +48,19 @@ import hashlib
 import math
 import os
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
-import aiohttp
 import psycopg
 import structlog
 from psycopg.types.json import Jsonb
 
+from mcp_gateway.snapshot import Tool
+from mcp_gateway.tool_context import ToolCallContext
 from mcp_gateway.tools import tool_result
 from shared.canonical import arguments_hash
-from shared.errors import ErrorCode, ToolError
-from shared.outbound import (
-    OutboundError,
-    UpstreamBlocked,
-    UpstreamResponseInvalid,
-    UpstreamResponseTooLarge,
-    UpstreamUnavailable,
-)
+from shared.errors import ToolError
 from shared.response_selector import structured_content
-
-if TYPE_CHECKING:
-    from mcp_gateway.exchange import Exchange
-    from mcp_gateway.snapshot import Tool
+from shared.upstream import UpstreamFailure
 
 log = structlog.get_logger(__name__)
 
@@ -135,44 +126,40 @@ def lock_seconds(tool: Tool) -> float:
     return execution.timeout_ms / 1000 * (execution.retries + 1) + LOCK_MARGIN_S
 
 
-def _answered(exc: OutboundError) -> bool:
-    """The upstream answered, and the answer is unusable for good."""
-    return isinstance(exc, UpstreamResponseTooLarge | UpstreamResponseInvalid)
-
-
-def _never_sent(exc: OutboundError) -> bool:
-    """No attempt can have reached the upstream: the guard refused the address or
-    the only attempt could not connect."""
-    if exc.attempts != 1:
-        return False
-    if isinstance(exc, UpstreamBlocked):
-        return True
-    return isinstance(exc, UpstreamUnavailable) and isinstance(
-        exc.__cause__, aiohttp.ClientConnectorError
-    )
+def _settled(exc: ToolError) -> str:
+    """The statement that ends a record whose call failed with ``exc``."""
+    # A tool error without an UpstreamFailure's delivery came from the answer.
+    delivery = exc.delivery if isinstance(exc, UpstreamFailure) else "answered"
+    if delivery == "not_sent":  # the guard refused, or the only connect was refused
+        return _RELEASE
+    if delivery == "unknown" or exc.error_code == "internal_error":
+        return _UNKNOWN
+    if exc.recoverable:  # 408, 429, 5xx: the upstream asks for a retry
+        return _RELEASE
+    return _COMPLETE  # a 4xx, an unreadable or oversized answer: the same again
 
 
 class _Record:
     """The statements of one call's record."""
 
-    def __init__(self, call: Exchange, tool: Tool, key: str, digest: bytes) -> None:
-        self.call = call
+    def __init__(self, ctx: ToolCallContext, tool: Tool, key: str, digest: bytes) -> None:
+        self.pool = ctx.pool
         self.tool = tool.name
         self.params: dict[str, Any] = {
-            "agent_id": call.agent.id,
+            "agent_id": ctx.agent.id,
             "operation_id": tool.operation_id,
             "key_hash": hashlib.sha256(key.encode()).digest(),
             "arguments_hash": digest,
             "claim": os.urandom(16),
             "lock_s": lock_seconds(tool),
-            "retention_s": call.state.settings.idempotency_retention_s,
+            "retention_s": ctx.idempotency_retention_s,
             "margin_s": LOCK_MARGIN_S,
         }
 
     async def claim(self) -> dict[str, Any] | None:
         """None when this call owns the key now; else the row it found."""
         for _ in range(_CLAIM_TRIES):
-            async with self.call.state.pool.connection() as conn:
+            async with self.pool.connection() as conn:
                 if await (await conn.execute(_CLAIM, self.params)).fetchone():
                     return None
                 row = await (await conn.execute(_READ, self.params)).fetchone()
@@ -188,7 +175,7 @@ class _Record:
     async def finish(self, statement: str, **extra: Any) -> None:
         """Never fails the call: the upstream has answered, the model gets its result."""
         try:
-            async with self.call.state.pool.connection() as conn:
+            async with self.pool.connection() as conn:
                 cur = await conn.execute(statement, self.params | extra)
                 if cur.rowcount != 1:
                     # Its lock ran out and another call claimed the key (or it expired).
@@ -198,10 +185,10 @@ class _Record:
 
 
 def _answer_existing(
-    call: Exchange, tool: Tool, row: dict[str, Any], digest: bytes, *, wrap_arrays: bool
+    ctx: ToolCallContext, tool: Tool, row: dict[str, Any], digest: bytes, *, wrap_arrays: bool
 ) -> dict[str, Any]:
     """The replay of a completed record, or the error for a conflict or a locked key."""
-    language = call.state.settings.language
+    language = ctx.language
     if row["arguments_hash"] != digest:
         raise ToolError.of("idempotency_conflict", language=language)
     if row["status"] == "completed":
@@ -228,7 +215,7 @@ def _answer_existing(
 
 
 async def run(
-    call: Exchange,
+    ctx: ToolCallContext,
     tool: Tool,
     arguments: dict[str, Any],
     key: str,
@@ -242,30 +229,20 @@ async def run(
     ``execute`` must return the tool result without array wrapping; this wraps
     it (``wrap_arrays``) for the caller's protocol era, first call or replay."""
     digest = arguments_hash(arguments)
-    record = _Record(call, tool, key, digest)
+    record = _Record(ctx, tool, key, digest)
     existing = await record.claim()
     if existing is not None:
-        return _answer_existing(call, tool, existing, digest, wrap_arrays=wrap_arrays)
+        return _answer_existing(ctx, tool, existing, digest, wrap_arrays=wrap_arrays)
     try:
         result = await execute()
-    except ToolError as exc:  # the upstream answered, with an error status or unusably
-        if exc.error_code == "internal_error":  # Crank failed on an answer: outcome unknown
-            await record.finish(_UNKNOWN)
-        elif exc.recoverable:  # 408, 429, 5xx: the upstream asks for a retry
-            await record.finish(_RELEASE)
-        else:
+    except ToolError as exc:
+        statement = _settled(exc)
+        if statement is _COMPLETE:
             await record.finish(_COMPLETE, result=Jsonb({"error": _stored_error(exc)}))
-        raise
-    except OutboundError as exc:
-        if _never_sent(exc):
-            await record.finish(_RELEASE)
-        elif _answered(exc):
-            code = cast(ErrorCode, exc.code)
-            failure = ToolError.of(code, language=call.state.settings.language)
-            await record.finish(_COMPLETE, result=Jsonb({"error": _stored_error(failure)}))
         else:
-            log.info("idempotency_outcome_unknown", tool=tool.name, error_code=exc.code)
-            await record.finish(_UNKNOWN)
+            if statement is _UNKNOWN:
+                log.info("idempotency_outcome_unknown", tool=tool.name, error_code=exc.error_code)
+            await record.finish(statement)
         raise
     # Anything else (a bug, a cancelled call) leaves the row in_progress until its lock expires.
     value, meta = result["structuredContent"], result.get("_meta")

@@ -20,9 +20,10 @@ import structlog
 
 from mcp_gateway.tools import tool_definition
 from shared.compiler import CompiledOperation, compile_operation
-from shared.crypto import CryptoError, Sealed, SecretBox, secret_associated_data
+from shared.crypto import SecretBox
 from shared.db import Connection
 from shared.errors import Language, ToolError
+from shared.secrets import open_secrets
 from shared.spec import OperationSpec, RateLimit, operation_from_builtins
 
 log = structlog.get_logger(__name__)
@@ -139,21 +140,6 @@ def _paged(definitions: list[dict[str, Any]], page_size: int) -> tuple[bytes, ..
     )
 
 
-def _open_secrets(rows: list[dict[str, Any]], box: SecretBox | None) -> dict[int, dict[str, str]]:
-    opened: dict[int, dict[str, str]] = {}
-    if box is None:
-        return opened
-    for r in rows:
-        sealed = Sealed(bytes(r["ciphertext"]), bytes(r["nonce"]), r["key_id"])
-        try:
-            value = box.open(sealed, secret_associated_data(r["workspace_id"], r["name"]))
-        except CryptoError:
-            log.error("snapshot_secret_unreadable", secret=r["name"])  # never the value
-            continue
-        opened.setdefault(r["workspace_id"], {})[r["name"]] = value
-    return opened
-
-
 async def load_snapshot(conn: Connection, options: SnapshotOptions | None = None) -> Snapshot:
     """Read the whole published catalog in one repeatable-read transaction."""
     options = options or SnapshotOptions()
@@ -182,11 +168,13 @@ async def load_snapshot(conn: Connection, options: SnapshotOptions | None = None
                 WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())"""
         )
         key_rows = await cur.fetchall()
-        cur = await conn.execute(
-            """SELECT workspace_id, name, ciphertext, nonce, key_id FROM secrets
-                WHERE workspace_id IN (SELECT workspace_id FROM agents WHERE published IS NOT NULL)"""
-        )
-        secrets = _open_secrets(await cur.fetchall(), options.box)
+        secrets: dict[int, dict[str, str]] = {}
+        if options.box is not None:
+            cur = await conn.execute(
+                """SELECT workspace_id, name, ciphertext, nonce, key_id FROM secrets
+                    WHERE workspace_id IN (SELECT workspace_id FROM agents WHERE published IS NOT NULL)"""
+            )
+            secrets = open_secrets(await cur.fetchall(), options.box)
 
     agents: dict[tuple[str, str], Agent] = {}
     for r in agent_rows:

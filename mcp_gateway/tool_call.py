@@ -4,110 +4,112 @@ Protocol faults (unknown tool) are JSON-RPC errors; everything the model can
 act on is a tool result with ``isError: true`` and the structured error of
 shared.errors (STYLE "Errors").
 
-Gates run in DESIGN's order: validate → confirmation (DELETE, or
-``safety.confirmation: true``; mcp_gateway.confirmation) → approval (the call
-becomes a pending approval row and answers ``approval_required``;
-mcp_gateway.approvals) → execution, where an operation with
+Gates run in this order (docs/architecture.md, "Gate order"): validate →
+confirmation (DELETE, or ``safety.confirmation: true``;
+mcp_gateway.confirmation) → approval (the call becomes a pending approval row
+and answers ``approval_required``; mcp_gateway.approvals.requests) → the
+upstream step (``CompiledOperation.call``), where an operation with
 ``execution_config.idempotency`` goes through the idempotency memory
-(mcp_gateway.idempotency).
+(mcp_gateway.idempotency). The gates and the step take a ``ToolCallContext``
+(mcp_gateway.tool_context), built here once per call.
 
 Every call of a known tool, success or tool error, leaves one call log row
-(mcp_gateway.call_log, buffered) and counts in the per-tool metrics; a plain
-call makes no database round trip, while the safety gates write their rows
-before going on. An unknown tool is a protocol error and leaves neither.
+(buffered) and counts in the per-tool metrics (mcp_gateway.call_accounting);
+a plain call makes no database round trip, while the safety gates write their
+rows before going on. An unknown tool is a protocol error and leaves neither.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 import structlog
 
-from mcp_gateway import approvals, confirmation
+from mcp_gateway import confirmation
 from mcp_gateway import idempotency as idempotency_memory
-from mcp_gateway.call_log import CallRecord
+from mcp_gateway.approvals.requests import request_approval
+from mcp_gateway.call_accounting import account_call
 from mcp_gateway.exchange import Exchange
 from mcp_gateway.jsonrpc import INVALID_PARAMS, Message, encode, error, result
-from mcp_gateway.metrics import agent_label, observe_tool_call
 from mcp_gateway.snapshot import Tool
+from mcp_gateway.tool_context import ToolCallContext
 from mcp_gateway.tools import tool_result
 from shared.compiler import confirmation_token
-from shared.errors import ErrorCode, ToolError
-from shared.outbound import OutboundError
+from shared.errors import ToolError
 from shared.request_builder import BuiltRequest
 from shared.response_selector import structured_content
+from shared.upstream import UpstreamCall, UpstreamFailure
 
 log = structlog.get_logger(__name__)
 
 TRUNCATED_META = "crank/truncated"
 
 
-@dataclass(slots=True)
-class _Upstream:
-    """What the upstream part of one call measured, for the call log and metrics."""
-
-    status: int | None = None  # None: no HTTP answer
-    attempts: int = 0
-    elapsed_ms: float | None = None  # None: the upstream was not called
-
-
 async def _execute(
-    call: Exchange, tool: Tool, arguments: Any, upstream: _Upstream, *, wrap_arrays: bool
+    ctx: ToolCallContext, tool: Tool, arguments: Any, upstream: UpstreamCall, *, wrap_arrays: bool
 ) -> dict[str, Any]:
     compiled = tool.compiled
     cleaned = compiled.validate(arguments)
     if tool.spec.confirmation_required():
-        await confirmation.check(call, tool, cleaned, confirmation_token(arguments))
-    built = compiled.build(cleaned, call.agent.secrets)
+        await confirmation.check(ctx, tool, cleaned, confirmation_token(arguments))
+    built = compiled.build(cleaned, ctx.agent.secrets)
     if tool.spec.safety.approval:
         return tool_result(
-            await approvals.request_approval(call, tool, cleaned, built), is_error=False, meta=None
+            await request_approval(ctx, tool, cleaned, built), is_error=False, meta=None
         )
     idempotency = tool.spec.execution_config.idempotency
     if idempotency is not None:
         return await idempotency_memory.run(
-            call,
+            ctx,
             tool,
             cleaned,
             str(cleaned[idempotency.argument]),
             # Unwrapped: the memory stores one result for both eras and wraps it itself.
-            lambda: _send(call, tool, built, upstream, wrap_arrays=False),
+            lambda: _send(ctx, tool, built, upstream, wrap_arrays=False),
             wrap_arrays=wrap_arrays,
         )
-    return await _send(call, tool, built, upstream, wrap_arrays=wrap_arrays)
+    return await _send(ctx, tool, built, upstream, wrap_arrays=wrap_arrays)
 
 
 async def _send(
-    call: Exchange, tool: Tool, built: BuiltRequest, upstream: _Upstream, *, wrap_arrays: bool
+    ctx: ToolCallContext,
+    tool: Tool,
+    built: BuiltRequest,
+    upstream: UpstreamCall,
+    *,
+    wrap_arrays: bool,
 ) -> dict[str, Any]:
-    compiled = tool.compiled
-    started = time.perf_counter()
-    try:
-        response = await call.state.executor.execute(compiled.upstream_request(built))
-    except OutboundError as exc:
-        upstream.attempts = exc.attempts
-        upstream.elapsed_ms = (time.perf_counter() - started) * 1000
-        raise
-    upstream.status = response.status
-    upstream.attempts = response.attempts
-    upstream.elapsed_ms = response.elapsed_ms
-    selected = compiled.select(
-        response.status, response.headers, response.body, secret_values=built.secret_values
-    )
+    selected = await tool.compiled.call(ctx.executor, built, upstream)
     log.info(
         "tool_called",
         tool=tool.name,
         version=tool.version,
-        status=response.status,
-        attempts=response.attempts,
-        elapsed_ms=response.elapsed_ms,
+        status=upstream.status,
+        attempts=upstream.attempts,
+        elapsed_ms=upstream.elapsed_ms,
     )
     meta = {TRUNCATED_META: True} if selected.truncated else None
     content = structured_content(selected.value, wrap_arrays=wrap_arrays)
     return tool_result(content, is_error=False, meta=meta)
+
+
+def _context(call: Exchange) -> ToolCallContext:
+    state, settings = call.state, call.state.settings
+    return ToolCallContext(
+        agent=call.agent,
+        key_id=call.key.id,
+        request_id=call.request_id,
+        language=settings.language,
+        pool=state.pool,
+        executor=state.executor,
+        confirmations=state.confirmations,
+        approval_ttl_s=settings.approval_ttl_s,
+        approval_max_attempts=settings.approval_max_attempts,
+        public_path_prefix=settings.public_path_prefix,
+        idempotency_retention_s=settings.idempotency_retention_s,
+    )
 
 
 async def tools_call(call: Exchange, message: Message, *, modern: bool) -> bytes:
@@ -117,70 +119,51 @@ async def tools_call(call: Exchange, message: Message, *, modern: bool) -> bytes
     if tool is None:
         # -32602 in HTTP 200: clients read a 404 on POST as "session gone".
         return encode(error(message.id, INVALID_PARAMS, f"Unknown tool: {name}"))
-    language = call.state.settings.language
+    ctx = _context(call)
     called_at = datetime.now(UTC)
     started = time.perf_counter()
-    upstream = _Upstream()
+    upstream = UpstreamCall()
     outcome: str = "ok"
+    approval_id: str | None = None
     try:
         value = await _execute(
-            call, tool, message.params.get("arguments") or {}, upstream, wrap_arrays=not modern
+            ctx, tool, message.params.get("arguments") or {}, upstream, wrap_arrays=not modern
         )
         if tool.spec.safety.approval:  # the gate answered; the worker calls the upstream later
             outcome = "approval_required"
+            approval_id = value["structuredContent"]["approval_id"]
     except ToolError as exc:
-        exc.request_id = call.request_id
+        exc.request_id = ctx.request_id
         outcome = exc.error_code
+        if isinstance(exc, UpstreamFailure):
+            log.info(
+                "tool_call_failed", tool=tool.name, error_code=outcome, attempts=upstream.attempts
+            )
         replayed = isinstance(exc, idempotency_memory.ReplayedError)
         meta = {idempotency_memory.REPLAYED_META: True} if replayed else None
         value = tool_result(exc.to_structured(), is_error=True, meta=meta)
-    except OutboundError as exc:
-        code = cast(ErrorCode, exc.code)
-        outcome = code
-        failure = ToolError.of(code, language=language, request_id=call.request_id)
-        log.info("tool_call_failed", tool=tool.name, error_code=exc.code, attempts=exc.attempts)
-        value = tool_result(failure.to_structured(), is_error=True, meta=None)
     except Exception:
         log.exception("tool_call_crashed", tool=tool.name)
         outcome = "internal_error"
-        failure = ToolError.of("internal_error", language=language, request_id=call.request_id)
+        failure = ToolError.of("internal_error", language=ctx.language, request_id=ctx.request_id)
         value = tool_result(failure.to_structured(), is_error=True, meta=None)
-    _account(call, tool, outcome, upstream, called_at, (time.perf_counter() - started) * 1000)
+    agent = ctx.agent
+    account_call(
+        call.state.call_log,
+        workspace=agent.workspace,
+        agent=agent.slug,
+        workspace_id=agent.workspace_id,
+        agent_id=agent.id,
+        key_id=ctx.key_id,
+        request_id=ctx.request_id,
+        tool=tool.name,
+        tool_version=tool.version,
+        outcome=outcome,
+        upstream=upstream,
+        called_at=called_at,
+        duration_ms=(time.perf_counter() - started) * 1000,
+        approval_id=approval_id,
+    )
     if modern:
         value["resultType"] = "complete"
     return encode(result(message.id, value))
-
-
-def _account(
-    call: Exchange,
-    tool: Tool,
-    outcome: str,
-    upstream: _Upstream,
-    called_at: datetime,
-    duration_ms: float,
-) -> None:
-    """One call log row (buffered) and the per-tool metrics for a finished call."""
-    agent = call.agent
-    upstream_ms = upstream.elapsed_ms
-    observe_tool_call(
-        agent_label(agent.workspace, agent.slug),
-        tool.name,
-        outcome,
-        None if upstream_ms is None else upstream_ms / 1000,
-    )
-    call.state.call_log.record(
-        CallRecord(
-            called_at=called_at,
-            workspace_id=agent.workspace_id,
-            agent_id=agent.id,
-            key_id=call.key.id,
-            request_id=call.request_id,
-            tool=tool.name,
-            tool_version=tool.version,
-            outcome=outcome,
-            upstream_status=upstream.status,
-            attempts=upstream.attempts,
-            duration_ms=duration_ms,
-            upstream_ms=upstream_ms,
-        )
-    )

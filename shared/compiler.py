@@ -1,11 +1,14 @@
 """The operation compiler: one published ``OperationSpec`` → a ``CompiledOperation``.
 
-One code path for the gateway and the control plane's try-it::
+One code path for the gateway's tools/call, its approval worker and the
+control plane's try-it::
 
     arguments ──validate──▶ cleaned arguments ──build(secrets)──▶ BuiltRequest
                                             (shared.request_builder)
-    upstream status, headers, body ──select──▶ Selected | ToolError
-                                            (shared.response_selector)
+    BuiltRequest ──call──▶ Selected | ToolError
+        send (shared.outbound: SSRF guard, timeout, safe retries), then
+        select from the answer (shared.response_selector); every failure is a
+        ToolError (shared.upstream), every text masked (shared.masking)
 
 Everything that can be compiled is compiled once, in ``compile_operation``:
 the input schema's validator (JSON Schema 2020-12 with format checking and a
@@ -26,6 +29,7 @@ error, each as ``$.json.path: explanation`` so the model can correct itself.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,7 +39,8 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 
 from shared.errors import Language, ToolError, invalid_arguments
-from shared.outbound import UpstreamRequest
+from shared.masking import NO_SECRETS, Masker
+from shared.outbound import OutboundError, UpstreamExecutor, UpstreamRequest
 from shared.request_builder import (
     CONFIRMATION_ARGUMENT,
     CONFIRMATION_TOKEN_PATTERN,
@@ -45,6 +50,7 @@ from shared.request_builder import (
 from shared.response_selector import Headers, ResponseSelector, Selected
 from shared.schema_fast_path import compile_fast_check
 from shared.spec import OperationSpec
+from shared.upstream import UpstreamCall, upstream_failure
 
 MAX_REPORTED_ERRORS = 5
 _MAX_EXPLANATION = 160
@@ -145,6 +151,7 @@ class CompiledOperation:
 
     def __init__(self, spec: OperationSpec, *, language: Language = "en") -> None:
         self.spec = spec
+        self._language: Language = language
         self.confirmation_required = spec.confirmation_required()
         self._arguments = ArgumentValidator(
             spec.input, confirmation=self.confirmation_required, language=language
@@ -181,15 +188,34 @@ class CompiledOperation:
         )
 
     def select(
-        self,
-        status: int,
-        headers: Headers,
-        body: bytes,
-        *,
-        secret_values: tuple[str, ...] | list[str] = (),
+        self, status: int, headers: Headers, body: bytes, *, masker: Masker = NO_SECRETS
     ) -> Selected:
         """Raises ``ToolError`` for a non-success status or an unusable body."""
-        return self._selector.select(status, headers, body, secret_values=secret_values)
+        return self._selector.select(status, headers, body, masker=masker)
+
+    async def call(
+        self, executor: UpstreamExecutor, built: BuiltRequest, upstream: UpstreamCall | None = None
+    ) -> Selected:
+        """The upstream step: send ``built``, select from the answer. Raises only
+        ``ToolError`` (details: upstream_status, attempts, the masked upstream text or
+        reason); ``upstream`` records the measurements either way."""
+        upstream = UpstreamCall() if upstream is None else upstream
+        masker = built.masker
+        started = time.perf_counter()
+        try:
+            response = await executor.execute(self.upstream_request(built))
+        except OutboundError as exc:
+            upstream.attempts = exc.attempts
+            upstream.elapsed_ms = (time.perf_counter() - started) * 1000
+            raise upstream_failure(exc, language=self._language, masker=masker) from exc
+        upstream.response = response
+        upstream.attempts = response.attempts
+        upstream.elapsed_ms = response.elapsed_ms
+        try:
+            return self.select(response.status, response.headers, response.body, masker=masker)
+        except ToolError as exc:
+            exc.details["attempts"] = response.attempts
+            raise
 
 
 def compile_operation(spec: OperationSpec, *, language: Language = "en") -> CompiledOperation:

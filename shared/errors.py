@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Self, get_args
 
 Language = Literal["en", "ru"]
 ErrorCode = Literal[
@@ -329,7 +329,7 @@ class ToolError(Exception):
         retry_after_s: int | None = None,
         details: Mapping[str, Any] | None = None,
         **params: Any,
-    ) -> ToolError:
+    ) -> Self:
         entry = _TABLE[error_code]
         return cls(
             error_code,
@@ -381,10 +381,3 @@ def confirmation_required(token: str, *, language: Language = "en") -> ToolError
 def secret_missing(name: str, *, language: Language = "en") -> ToolError:
     """The secret's name goes to details (for the admin's logs), not to the model."""
     return ToolError.of("secret_missing", language=language, details={"secret": name})
-
-
-def mask(text: str, secrets: Sequence[str], replacement: str = "****") -> str:
-    """``text`` with every occurrence of each (non-empty) secret value replaced."""
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        text = text.replace(secret, replacement)
-    return text

@@ -1,15 +1,23 @@
 """The upstream HTTP executor: one guarded aiohttp session per process.
 
-Used by the gateway's tools/call and the control plane's try-it. Exceptions
-(named after the DESIGN error codes; a thin mapping to tool errors lives with
-the callers)::
+Used by the upstream step (``CompiledOperation.call``) of the gateway's
+tools/call, its approval worker and the control plane's try-it. Exceptions,
+each named after its error code (``code``; shared.upstream turns them into
+tool errors, in one place) and saying whether the request can have reached
+the upstream (``delivery``, which the idempotency memory needs)::
 
-    OutboundError
-    ├── UpstreamTimeout             upstream_timeout (recoverable)
-    ├── UpstreamUnavailable         upstream_unavailable (recoverable): connect errors
-    ├── UpstreamBlocked             upstream_blocked: SSRF guard, bad redirect scheme
-    ├── UpstreamResponseTooLarge    upstream_response_too_large: raw body limit
-    └── UpstreamResponseInvalid     upstream_response_invalid: unparsable HTTP, redirect loop
+    OutboundError                   code                                delivery
+    ├── UpstreamTimeout             upstream_timeout (recoverable)      unknown
+    ├── UpstreamUnavailable         upstream_unavailable (recoverable): not_sent if the only
+    │                               connect errors                      attempt was refused
+    ├── UpstreamBlocked             upstream_blocked: SSRF guard, bad   not_sent on the
+    │                               redirect scheme                     first attempt
+    ├── UpstreamResponseTooLarge    upstream_response_too_large: raw    answered
+    │                               body limit
+    └── UpstreamResponseInvalid     upstream_response_invalid:          answered
+                                    unparsable HTTP, redirect loop
+
+(``delivery`` is ``unknown`` wherever the table does not say otherwise.)
 
 An HTTP answer of any status (also 429 and 5xx once retries are exhausted) is
 returned as an ``UpstreamResponse``; turning statuses into codes is the caller's.
@@ -29,12 +37,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
+from shared.errors import ErrorCode
 from shared.ssrf import AddressPolicy
 
 if TYPE_CHECKING:
@@ -42,6 +51,7 @@ if TYPE_CHECKING:
     from aiohttp.tracing import Trace
 
 __all__ = [
+    "Delivery",
     "ExecutorConfig",
     "GuardedConnector",
     "OutboundError",
@@ -58,14 +68,23 @@ __all__ = [
 ]
 
 
+# Whether a failed request can have reached the upstream: never sent, answered
+# (unusably), or unknown (it may be running there now).
+Delivery = Literal["not_sent", "answered", "unknown"]
+
+
 class OutboundError(Exception):
     """The upstream call failed before an HTTP answer could be returned."""
 
-    code = "internal_error"
+    code: ClassVar[ErrorCode] = "internal_error"
 
     def __init__(self, message: str, *, attempts: int = 1) -> None:
         super().__init__(message)
         self.attempts = attempts
+
+    @property
+    def delivery(self) -> Delivery:
+        return "unknown"
 
 
 class UpstreamTimeout(OutboundError):
@@ -75,17 +94,35 @@ class UpstreamTimeout(OutboundError):
 class UpstreamUnavailable(OutboundError):
     code = "upstream_unavailable"
 
+    @property
+    def delivery(self) -> Delivery:
+        # Only a refused connect on the only attempt proves nothing was sent.
+        refused = isinstance(self.__cause__, aiohttp.ClientConnectorError)
+        return "not_sent" if self.attempts == 1 and refused else "unknown"
+
 
 class UpstreamBlocked(OutboundError):
     code = "upstream_blocked"
+
+    @property
+    def delivery(self) -> Delivery:
+        return "not_sent" if self.attempts == 1 else "unknown"
 
 
 class UpstreamResponseTooLarge(OutboundError):
     code = "upstream_response_too_large"
 
+    @property
+    def delivery(self) -> Delivery:
+        return "answered"
+
 
 class UpstreamResponseInvalid(OutboundError):
     code = "upstream_response_invalid"
+
+    @property
+    def delivery(self) -> Delivery:
+        return "answered"
 
 
 Headers = tuple[tuple[str, str], ...]

@@ -26,6 +26,9 @@ Decisions where DESIGN is silent:
 - Basic auth: the secret is ``user:password``; one without a colon is a user
   with an empty password. A secret or idempotency value with CR, LF or NUL
   is refused (header injection).
+- ``secret_values`` lists what an upstream may echo: the secret, and for
+  basic auth also ``user:password`` as sent and the password alone;
+  shared.masking derives every escaped and encoded spelling from them.
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import jmespath.parser
 import msgspec
 
-from shared.errors import Language, ToolError, invalid_arguments, mask, secret_missing
+from shared.errors import Language, ToolError, invalid_arguments, secret_missing
 from shared.jmes import compile_expression
+from shared.masking import Masker, masker_for
 from shared.spec import OperationSpec
 
 CONFIRMATION_ARGUMENT = "_crank_confirmation_token"
@@ -63,23 +67,28 @@ class BuiltRequest:
     headers: tuple[tuple[str, str], ...]
     body: bytes | None
     content_type: str | None
-    # The values to mask in anything shown or logged (secrets and the
-    # header values derived from them). Not part of the repr.
+    # The values to mask in anything shown, stored or logged (see the module
+    # docstring). Not part of the repr.
     secret_values: tuple[str, ...] = field(default=(), repr=False)
 
+    @property
+    def masker(self) -> Masker:
+        """Masks every spelling of ``secret_values`` (built once per set of values)."""
+        return masker_for(self.secret_values)
+
     def __repr__(self) -> str:
-        return f"BuiltRequest({self.method} {mask(self.url, self.secret_values)})"
+        return f"BuiltRequest({self.method} {self.masker.text(self.url)})"
 
     def redacted(self) -> dict[str, Any]:
-        """The request for try-it and logs, with every secret value masked."""
-        secrets = self.secret_values
+        """The request for approval records and try-it, with every secret value masked."""
+        masker = self.masker
         body = None
         if self.body is not None:
-            body = mask(self.body.decode("utf-8", errors="replace"), secrets)
+            body = masker.text(self.body.decode("utf-8", errors="replace"))
         return {
             "method": self.method,
-            "url": mask(self.url, secrets),
-            "headers": [[name, mask(value, secrets)] for name, value in self.headers],
+            "url": masker.text(self.url),
+            "headers": [[name, masker.text(value)] for name, value in self.headers],
             "body": body,
             "content_type": self.content_type,
         }
@@ -196,7 +205,7 @@ class RequestBuilder:
             value = {name: arguments[name] for name in self._ordered_defaults(arguments)} or None
         return None if value is None else _encoder.encode(value)
 
-    def _auth_header(self, secrets: Mapping[str, str]) -> tuple[tuple[str, str], list[str]]:
+    def _auth_header(self, secrets: Mapping[str, str]) -> tuple[tuple[str, str], tuple[str, ...]]:
         auth = self._auth
         assert auth is not None
         secret = secrets.get(auth.secret)
@@ -205,13 +214,16 @@ class RequestBuilder:
         if any(char in secret for char in _HEADER_UNSAFE):
             raise secret_missing(auth.secret, language=self._language)
         if auth.type == "bearer":
-            return ("Authorization", f"Bearer {secret}"), [secret]
+            return ("Authorization", f"Bearer {secret}"), (secret,)
         if auth.type == "basic":
             credentials = secret if ":" in secret else f"{secret}:"
             token = base64.b64encode(credentials.encode()).decode()
-            return ("Authorization", f"Basic {token}"), [secret, token]
+            password = credentials.partition(":")[2]
+            # The token is base64 of the credentials: the masker covers it.
+            values = (secret, credentials, password)
+            return ("Authorization", f"Basic {token}"), tuple(dict.fromkeys(v for v in values if v))
         assert auth.name is not None  # spec validation requires it for type=header
-        return (auth.name, secret), [secret]
+        return (auth.name, secret), (secret,)
 
     def build(
         self, arguments: Mapping[str, Any], secrets: Mapping[str, str] | None = None
@@ -228,7 +240,7 @@ class RequestBuilder:
         url = urlunsplit((*self._prefix, path, query, ""))
         body = self._body_bytes(arguments)
         headers: list[tuple[str, str]] = list(self._static_headers)
-        secret_values: list[str] = []
+        secret_values: tuple[str, ...] = ()  # what the masker hides: see the module docstring
         if body is not None:
             headers.append(("Content-Type", _JSON))
         if self._idempotency is not None:
@@ -240,16 +252,15 @@ class RequestBuilder:
                 raise self._fail(f"$.{argument}", "pattern", "no control characters allowed")
             headers.append((header, value))
         if self._auth is not None:
-            header_pair, values = self._auth_header(secrets or {})
+            header_pair, secret_values = self._auth_header(secrets or {})
             headers.append(header_pair)
-            secret_values += values
         return BuiltRequest(
             method=self._method,
             url=url,
             headers=tuple(headers),
             body=body,
             content_type=_JSON if body is not None else None,
-            secret_values=tuple(secret_values),
+            secret_values=secret_values,
         )
 
 

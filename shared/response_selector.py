@@ -46,27 +46,18 @@ import jmespath.exceptions
 import msgspec
 
 from shared import outbound
-from shared.errors import ErrorCode, Language, ToolError, mask
+from shared.errors import ErrorCode, Language, ToolError
 from shared.jmes import compile_expression
+from shared.masking import NO_SECRETS, Masker
 
 MAX_RETRY_AFTER_S = 3600
 EXCERPT_CHARS = 200
+_EXCERPT_WINDOW = EXCERPT_CHARS * 4  # characters read before runs of whitespace are collapsed
 _decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
 _WHITESPACE = re.compile(r"\s+")
 
 Headers = Mapping[str, str] | Iterable[tuple[str, str]]
-
-
-def _masked(value: Any, secrets: list[str]) -> Any:
-    """``value`` with every secret masked in its strings, keys included."""
-    if isinstance(value, str):
-        return mask(value, secrets)
-    if isinstance(value, list):
-        return [_masked(item, secrets) for item in value]
-    if isinstance(value, dict):
-        return {mask(k, secrets): _masked(v, secrets) for k, v in value.items()}
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,19 +90,9 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> int 
     return None if seconds is None else max(0, min(MAX_RETRY_AFTER_S, math.ceil(seconds)))
 
 
-def _json_spellings(secret: str) -> set[str]:
-    """How JSON encoders may write ``secret`` inside a string (with or without ``\\/``)."""
-    plain = msgspec.json.encode(secret).decode()[1:-1]
-    return {plain, plain.replace("/", "\\/"), secret.replace("/", "\\/")} - {secret}
-
-
-def excerpt(body: bytes, secret_values: Iterable[str] = ()) -> str:
-    """A short, single-line, masked excerpt of an upstream body."""
-    text = body[: EXCERPT_CHARS * 4].decode("utf-8", errors="replace")
-    secrets = list(secret_values)
-    # A JSON body carries a secret escaped ("a\/b"); mask that spelling too.
-    secrets += [spelling for secret in secrets for spelling in _json_spellings(secret)]
-    text = mask(text, secrets)
+def excerpt(body: bytes, masker: Masker = NO_SECRETS) -> str:
+    """A short, single-line, masked excerpt of an upstream body (masked before it is cut)."""
+    text, _ = masker.head(body, _EXCERPT_WINDOW)
     text = _WHITESPACE.sub(" ", "".join(c if c.isprintable() else " " for c in text)).strip()
     return text[:EXCERPT_CHARS] + ("…" if len(text) > EXCERPT_CHARS else "")
 
@@ -142,7 +123,7 @@ def error_for_status(
     headers: Headers,
     body: bytes,
     *,
-    secret_values: Iterable[str] = (),
+    masker: Masker = NO_SECRETS,
     language: Language = "en",
     now: datetime | None = None,
 ) -> ToolError:
@@ -154,7 +135,7 @@ def error_for_status(
         code,
         language=language,
         retry_after_s=retry_after,
-        details={"upstream_status": status, "upstream_text": excerpt(body, secret_values)},
+        details={"upstream_status": status, "upstream_text": excerpt(body, masker)},
         status=status,
     )
 
@@ -208,13 +189,11 @@ class ResponseSelector:
         self._max_bytes = max_bytes
         self._language: Language = language
 
-    def _error(
-        self, code: ErrorCode, status: int, body: bytes, secrets: Iterable[str]
-    ) -> ToolError:
+    def _error(self, code: ErrorCode, status: int, body: bytes, masker: Masker) -> ToolError:
         return ToolError.of(
             code,
             language=self._language,
-            details={"upstream_status": status, "upstream_text": excerpt(body, secrets)},
+            details={"upstream_status": status, "upstream_text": excerpt(body, masker)},
         )
 
     def select(
@@ -223,55 +202,53 @@ class ResponseSelector:
         headers: Headers,
         body: bytes,
         *,
-        secret_values: Iterable[str] = (),
+        masker: Masker = NO_SECRETS,
     ) -> Selected:
-        secrets = list(secret_values)
+        """``masker`` hides the secrets of the request in whatever is selected or quoted."""
         if not 200 <= status < 300:
-            raise error_for_status(
-                status, headers, body, secret_values=secrets, language=self._language
-            )
+            raise error_for_status(status, headers, body, masker=masker, language=self._language)
         if not body.strip():
             return Selected(None, False)
         try:
             data = _decoder.decode(body)
         except msgspec.DecodeError:
             if self._select is not None:
-                raise self._error("upstream_response_invalid", status, body, secrets) from None
-            text = mask(body.decode("utf-8", errors="replace"), secrets)
-            return self._fit_text(text, status, body, secrets)
+                raise self._error("upstream_response_invalid", status, body, masker) from None
+            text = masker.text(body.decode("utf-8", errors="replace"))
+            return self._fit_text(text, status, body, masker)
         try:
             if self._select is not None:
                 data = self._select.search(data)
-            if secrets:  # an upstream that echoes its credentials must not hand them to the model
-                data = _masked(data, secrets)
+            # An upstream that echoes its credentials must not hand them to the model.
+            data = masker.value(data)
             value, truncated = _cap(data, self._max_items)
-            return self._fit(value, truncated, status, body, secrets)
+            return self._fit(value, truncated, status, body, masker)
         # A selection that fails on this answer (``length(x)`` where x is a number)
         # means the API answered in a shape the tool does not expect: the same
         # code as an unreadable body, not an internal_error.
         except (RecursionError, jmespath.exceptions.JMESPathError):
-            raise self._error("upstream_response_invalid", status, body, secrets) from None
+            raise self._error("upstream_response_invalid", status, body, masker) from None
 
     def _fit(
-        self, value: Any, truncated: bool, status: int, body: bytes, secrets: list[str]
+        self, value: Any, truncated: bool, status: int, body: bytes, masker: Masker
     ) -> Selected:
         size = _size(value)
         while size > self._max_bytes:
             longest = _longest_array(value)
             if longest is None:
-                raise self._error("upstream_response_too_large", status, body, secrets)
+                raise self._error("upstream_response_too_large", status, body, masker)
             del longest[len(longest) // 2 :]
             truncated = True
             size = _size(value)
         return Selected(value, truncated)
 
-    def _fit_text(self, text: str, status: int, body: bytes, secrets: list[str]) -> Selected:
+    def _fit_text(self, text: str, status: int, body: bytes, masker: Masker) -> Selected:
         value = {"text": text}
         size = _size(value)
         truncated = False
         while size > self._max_bytes:
             if not text:
-                raise self._error("upstream_response_too_large", status, body, secrets)
+                raise self._error("upstream_response_too_large", status, body, masker)
             # Cut in proportion to the overshoot; always at least one character.
             keep = min(len(text) - 1, len(text) * self._max_bytes // size - 1)
             text = text[: max(0, keep)]

@@ -1,5 +1,7 @@
 """Reading the call log the gateways write (mcp_gateway.call_log): newest
-first, keyset pagination on ``id``, filters by agent, tool and outcome.
+first, keyset pagination on ``id``, filters by agent, tool and outcome. A call
+the approval worker ran, and the tools/call that asked for that approval,
+carry its ``approval_id``.
 
 The log keeps ids, not names, and has no foreign keys (a row outlives the
 agent or key it names), so the agent slug and key prefix are looked up at read
@@ -37,6 +39,7 @@ class CallEntry(msgspec.Struct, kw_only=True):
     attempts: int
     duration_ms: float
     upstream_ms: float | None
+    approval_id: str | None  # the approval this call created (approval_required) or ran
 
 
 class CallPage(msgspec.Struct, kw_only=True):
@@ -77,7 +80,7 @@ async def list_calls(
     cur = await conn.execute(
         """SELECT c.id, c.called_at, a.slug AS agent, k.prefix AS key_prefix, c.request_id,
                   c.tool, c.tool_version, c.outcome, c.upstream_status, c.attempts,
-                  c.duration_ms, c.upstream_ms
+                  c.duration_ms, c.upstream_ms, c.approval_id
              FROM call_log c
              LEFT JOIN agents a ON a.id = c.agent_id
              LEFT JOIN api_keys k ON k.id = c.key_id

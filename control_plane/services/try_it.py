@@ -1,12 +1,13 @@
 """Try-it: run an operation's *draft* once against its upstream, so an admin can
 tune it (``response.select`` above all) before publishing.
 
-The gateway's own pipeline and guards, the same code (DESIGN "Where code lives")::
+The gateway's own pipeline and guards, the same code (docs/architecture.md,
+"The upstream call step")::
 
-    arguments ──validate──▶ ──build(secret)──▶ BuiltRequest ──execute──▶ upstream answer
-              (shared.compiler)                  (shared.outbound: SSRF guard, timeout,
-                                                  safe-only retries, raw body limit)
-        ──select──▶ result (shared.response_selector)
+    arguments ──validate──▶ ──build(secret)──▶ BuiltRequest ──call──▶ result | tool error
+              (shared.compiler)                 (CompiledOperation.call: shared.outbound's
+                                                 SSRF guard, timeout, safe-only retries, raw
+                                                 body limit; then shared.response_selector)
 
 What differs from a tools/call, on purpose (it is an admin tool):
 
@@ -18,9 +19,10 @@ What differs from a tools/call, on purpose (it is an admin tool):
   process dies mid-call; the row is completed with the outcome afterwards.
 - The answer shows what a model never sees: the request as sent, the
   upstream's status, headers and raw body (capped at ``MAX_BODY_BYTES``), and
-  a tool error's details. Secret values — and the JSON- and URL-escaped forms
-  of them, in case the upstream echoes them back — are masked everywhere in
-  it, the selected result included; ``Set-Cookie`` headers are left out.
+  a tool error's details. Secret values — in every spelling shared.masking
+  knows (escaped in JSON, percent-encoded, base64), in case the upstream
+  echoes them back — are masked everywhere in it, the selected result
+  included, before anything is cut; ``Set-Cookie`` headers are left out.
 - A failure of the pipeline (invalid arguments, a missing secret, the SSRF
   guard, an upstream error) is a result, ``is_error: true`` with the
   structured tool error, and HTTP 200: the try-it ran. Only a bad request to
@@ -35,10 +37,7 @@ request.
 from __future__ import annotations
 
 import secrets
-import time
-from collections.abc import Iterable
-from typing import Any, Final, cast
-from urllib.parse import quote
+from typing import Any, Final
 
 import msgspec
 import structlog
@@ -49,20 +48,21 @@ from control_plane.errors import BadRequest, Conflict, ValidationFailed
 from control_plane.services.operations import require_operation
 from control_plane.state import AppState
 from shared.compiler import CompiledOperation, compile_operation
-from shared.crypto import CryptoError, Sealed, SecretBox, secret_associated_data
+from shared.crypto import SecretBox
 from shared.db import Connection
-from shared.errors import ErrorCode, Language, ToolError, mask
-from shared.outbound import OutboundError, UpstreamResponse
+from shared.errors import ErrorCode, ToolError
+from shared.masking import NO_SECRETS, Masker
 from shared.request_builder import BuiltRequest
+from shared.secrets import load_secrets
 from shared.spec import OperationSpec, operation_from_builtins
 from shared.spec_validation import FieldError, validate_operation
+from shared.upstream import UpstreamCall
 
 log = structlog.get_logger(__name__)
 
 MAX_BODY_BYTES: Final = 64 * 1024  # of the raw upstream body shown back
 AUDIT_ACTION: Final = "operation.try"
 _HIDDEN_HEADERS: Final = frozenset({"set-cookie", "set-cookie2"})
-_json = msgspec.json.Encoder()
 
 
 class TryRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -112,26 +112,6 @@ class TryReport(msgspec.Struct, kw_only=True):
     audited: bool = False  # an operation.try audit row records this call
 
 
-# Secret values as the upstream may echo them: raw, inside a JSON string, percent-encoded.
-def _mask_values(values: Iterable[str]) -> tuple[str, ...]:
-    variants: set[str] = set()
-    for value in values:
-        if value:
-            variants |= {value, _json.encode(value).decode()[1:-1], quote(value, safe="")}
-    return tuple(variants)
-
-
-def _mask_deep(value: Any, secret_values: tuple[str, ...]) -> Any:
-    """``value`` with every secret masked in every string, keys included."""
-    if isinstance(value, str):
-        return mask(value, secret_values)
-    if isinstance(value, list):
-        return [_mask_deep(item, secret_values) for item in value]
-    if isinstance(value, dict):
-        return {mask(str(k), secret_values): _mask_deep(v, secret_values) for k, v in value.items()}
-    return value
-
-
 def _draft(draft: dict[str, Any], select: str | None) -> OperationSpec:
     """The draft to run, with the ``select`` override; 400 if the override is not valid."""
     try:
@@ -166,44 +146,39 @@ async def _secrets(
     auth = spec.request.auth
     if auth is None:
         return {}
-    cur = await conn.execute(
-        "SELECT ciphertext, nonce, key_id FROM secrets WHERE workspace_id = %s AND name = %s",
-        (ws.id, auth.secret),
-    )
-    row = await cur.fetchone()
-    if row is None:
-        return {}
-    sealed = Sealed(bytes(row["ciphertext"]), bytes(row["nonce"]), row["key_id"])
-    try:
-        return {auth.secret: box.open(sealed, secret_associated_data(ws.id, auth.secret))}
-    except CryptoError:
-        log.warning("try_it_secret_unreadable", workspace=ws.slug, secret=auth.secret)
-        return {}
+    return await load_secrets(conn, box, ws.id, names=(auth.secret,))
 
 
-def _tool_error(exc: ToolError, request_id: str, secret_values: tuple[str, ...]) -> TryResult:
+def _tool_error(exc: ToolError, request_id: str, masker: Masker) -> TryResult:
     exc.request_id = request_id
     return TryResult(
         is_error=True,
-        structured_content=_mask_deep(exc.to_structured(), secret_values),
-        details=_mask_deep(exc.details, secret_values),
+        structured_content=masker.value(exc.to_structured()),
+        details=masker.value(exc.details),
     )
 
 
-def _upstream_view(response: UpstreamResponse, secret_values: tuple[str, ...]) -> UpstreamView:
-    text = mask(response.body.decode("utf-8", errors="replace"), secret_values)
+def _upstream_view(upstream: UpstreamCall, masker: Masker, code: ErrorCode | None) -> UpstreamView:
+    """What the upstream answered, masked; ``code`` says why when it did not answer."""
+    response = upstream.response
+    if response is None:
+        elapsed_ms = round(upstream.elapsed_ms or 0.0, 1)
+        return UpstreamView(
+            status=None, error_code=code, elapsed_ms=elapsed_ms, attempts=upstream.attempts
+        )
+    text, cut = masker.head(response.body, MAX_BODY_BYTES)
     shown = text.encode()[:MAX_BODY_BYTES].decode("utf-8", errors="ignore")
     return UpstreamView(
         status=response.status,
-        url=mask(response.url, secret_values),
+        url=masker.text(response.url),
         headers=[
-            (name, mask(value, secret_values))
+            (name, masker.text(value))
             for name, value in response.headers
             if name.lower() not in _HIDDEN_HEADERS
         ],
         body=shown,
         body_bytes=len(response.body),
-        body_truncated=len(shown) < len(text),
+        body_truncated=cut or len(shown) < len(text),
         elapsed_ms=round(response.elapsed_ms, 1),
         attempts=response.attempts,
     )
@@ -215,35 +190,18 @@ async def _call(
     built: BuiltRequest,
     request_id: str,
 ) -> tuple[UpstreamView, TryResult]:
-    secret_values = _mask_values(built.secret_values)
-    language: Language = state.settings.language
-    started = time.perf_counter()
+    masker = built.masker
+    upstream = UpstreamCall()
     try:
-        response = await state.executor.execute(compiled.upstream_request(built))
-    except OutboundError as exc:
-        view = UpstreamView(
-            status=None,
-            error_code=exc.code,
-            elapsed_ms=round((time.perf_counter() - started) * 1000, 1),
-            attempts=exc.attempts,
-        )
-        error = ToolError.of(
-            cast(ErrorCode, exc.code), language=language, details={"reason": str(exc)}
-        )
-        return view, _tool_error(error, request_id, secret_values)
-    view = _upstream_view(response, secret_values)
-    try:
-        selected = compiled.select(
-            response.status, response.headers, response.body, secret_values=secret_values
-        )
+        selected = await compiled.call(state.executor, built, upstream)
     except ToolError as exc:
-        return view, _tool_error(exc, request_id, secret_values)
+        view = _upstream_view(upstream, masker, exc.error_code)
+        return view, _tool_error(exc, request_id, masker)
+    # The selection masks what it selects (shared.response_selector).
     result = TryResult(
-        is_error=False,
-        structured_content=_mask_deep(selected.value, secret_values),
-        truncated=selected.truncated,
+        is_error=False, structured_content=selected.value, truncated=selected.truncated
     )
-    return view, result
+    return _upstream_view(upstream, masker, None), result
 
 
 async def _audit_start(
@@ -308,10 +266,9 @@ async def try_operation(
         cleaned = compiled.validate(body.arguments)
         built = compiled.build(cleaned, await _secrets(conn, state.box, ws, spec))
     except ToolError as exc:
-        report.result = _tool_error(exc, request_id, ())
+        report.result = _tool_error(exc, request_id, NO_SECRETS)
         return report
-    redacted = _mask_deep(built.redacted(), _mask_values(built.secret_values))
-    report.request = msgspec.convert(redacted, RequestView)
+    report.request = msgspec.convert(built.redacted(), RequestView)
     audit_id = None
     if method != "GET":
         audit_id = await _audit_start(conn, ws, actor, name, row.revision, report.request)

@@ -1,7 +1,4 @@
-"""Human approval: pending rows, the approval-key endpoints and the worker."""
-
-from __future__ import annotations
-
-from mcp_gateway.approvals.requests import request_approval
-
-__all__ = ["request_approval"]
+"""Human approval: the gate's pending rows (requests), their store, the
+approval-key endpoints, and the worker that runs approved calls (execution,
+leases, worker). Import the modules themselves: this package imports none of
+them, so none of them can loop back through it."""

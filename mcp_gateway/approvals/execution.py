@@ -1,12 +1,13 @@
-"""Performing an approval's stored request: rebuilt, checked, sent, selected.
+"""Performing an approval's stored request: rebuilt, checked, sent, selected, accounted.
 
 ``request`` was stored with its secrets masked (``BuiltRequest.redacted()``),
 so it cannot be sent as it is. ``Performer.perform`` rebuilds it from the
 operation version's spec (immutable; the snapshot's compiled tool when it is
 that version, else loaded and compiled once), the stored validated arguments
 and the workspace's current secrets (the snapshot's when it holds the agent,
-else loaded and decrypted), through the same compiled pipeline as tools/call
-(validate → build → ``UpstreamExecutor.execute`` → select). It sends the
+else loaded and opened by shared.secrets), through the same
+compiled pipeline as tools/call (validate → build → ``CompiledOperation.call``,
+the one upstream step). It sends the
 request only if it equals the stored one modulo the masked values
 (``same_request``); otherwise the row fails with ``internal_error``. The
 idempotency header's value comes from the stored arguments, so every attempt
@@ -14,17 +15,23 @@ of one approval sends the same key.
 
 The outcome: ``completed`` with the selected result, or ``failed`` with
 ``{error_code, message, upstream_status, upstream_text}`` (the upstream's
-text masked, at most ``UPSTREAM_TEXT_CHARS``). A database failure before the
-upstream call raises ``Deferred``: the row is left for its lease to expire.
+text masked by shared.masking before it is cut to ``UPSTREAM_TEXT_CHARS``).
+Every outcome is accounted as a tools/call is (mcp_gateway.call_accounting):
+a call log row carrying the approval id, and the per-tool metrics. A
+database failure before the upstream call raises ``Deferred``: the row is
+left for its lease to expire, and nothing is accounted.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 import structlog
@@ -32,19 +39,23 @@ from psycopg_pool import AsyncConnectionPool
 
 from mcp_gateway.approvals import leases
 from mcp_gateway.approvals.leases import Claimed
+from mcp_gateway.call_accounting import account_call
+from mcp_gateway.call_log import CallLogWriter
 from mcp_gateway.snapshot import Snapshot
 from shared.compiler import CompiledOperation, compile_operation
-from shared.crypto import CryptoError, Sealed, SecretBox, secret_associated_data
+from shared.crypto import SecretBox
 from shared.db import Connection
-from shared.errors import ErrorCode, Language, ToolError, mask
-from shared.outbound import OutboundError, UpstreamExecutor
+from shared.errors import ErrorCode, Language, ToolError
+from shared.masking import MASK, Masker
+from shared.outbound import UpstreamExecutor
 from shared.request_builder import BuiltRequest
+from shared.secrets import load_secrets
 from shared.spec import operation_from_builtins
+from shared.upstream import UpstreamCall
 
 log = structlog.get_logger(__name__)
 
 UPSTREAM_TEXT_CHARS = 2000
-MASKED = "****"  # what shared.errors.mask puts in place of a secret
 _COMPILED_CACHE = 256
 _DB_ERRORS = (psycopg.Error, OSError, TimeoutError)
 _EXHAUSTED: Mapping[Language, str] = {
@@ -68,22 +79,17 @@ def _payload(
     }
 
 
-def upstream_text(body: bytes, secret_values: tuple[str, ...]) -> str:
-    """The upstream's body for an approval record: masked, at most UPSTREAM_TEXT_CHARS."""
-    # Enough bytes for the cap even if a secret straddles the cut.
-    longest = max((len(value) for value in secret_values), default=0)
-    text = body[: (UPSTREAM_TEXT_CHARS + longest) * 4].decode("utf-8", errors="replace")
-    text = mask(text, secret_values)
-    if len(text) > UPSTREAM_TEXT_CHARS:
-        text = text[: UPSTREAM_TEXT_CHARS - 1] + "…"
-    return text
+def upstream_text(body: bytes, masker: Masker) -> str:
+    """The upstream's body for an approval record: masked, then cut to UPSTREAM_TEXT_CHARS."""
+    text, cut = masker.head(body, UPSTREAM_TEXT_CHARS)
+    return text[: UPSTREAM_TEXT_CHARS - 1] + "…" if cut else text
 
 
 def _matches(stored: Any, actual: Any) -> bool:
     """``actual`` equals ``stored`` where each masked run in ``stored`` stands for any text."""
-    if not isinstance(stored, str) or not isinstance(actual, str) or MASKED not in stored:
+    if not isinstance(stored, str) or not isinstance(actual, str) or MASK not in stored:
         return bool(stored == actual)
-    pattern = ".+".join(re.escape(part) for part in stored.split(MASKED))
+    pattern = ".+".join(re.escape(part) for part in stored.split(MASK))
     return re.fullmatch(pattern, actual, flags=re.DOTALL) is not None
 
 
@@ -138,7 +144,8 @@ class _Cache:
 
 
 class Performer:
-    """One per worker: the compiled-operation cache and where secrets come from."""
+    """One per worker: the compiled-operation cache, where secrets come from, and
+    where the calls are accounted."""
 
     def __init__(
         self,
@@ -147,17 +154,21 @@ class Performer:
         *,
         snapshot: Callable[[], Snapshot],
         box: SecretBox | None,
+        call_log: CallLogWriter,
         language: Language = "en",
     ) -> None:
         self._pool = pool
         self._executor = executor
         self._snapshot = snapshot
         self._box = box
+        self._call_log = call_log
         self._language: Language = language
         self._cache = _Cache()
 
     async def perform(self, row: Claimed) -> Outcome:
         """The outcome to record; raises ``Deferred`` when the database failed first."""
+        called_at, started = datetime.now(UTC), time.perf_counter()
+        upstream = UpstreamCall()
         try:
             compiled = await self._compiled(row)
             secrets = await self._secrets(row, compiled)
@@ -165,19 +176,41 @@ class Performer:
             raise Deferred from exc
         except Exception:  # an unreadable spec: every attempt would fail the same way
             log.exception("approval_operation_unreadable", approval_id=row.id, tool=row.tool)
-            return self._internal_error()
-        try:
-            return await self._send(row, compiled, secrets)
-        except Exception:  # a bug: repeating would fail the same way
-            log.exception("approval_call_crashed", approval_id=row.id)
-            return self._internal_error()
+            outcome = self._internal_error()
+        else:
+            try:
+                outcome = await self._send(row, compiled, secrets, upstream)
+            except Exception:  # a bug: repeating would fail the same way
+                log.exception("approval_call_crashed", approval_id=row.id)
+                outcome = self._internal_error()
+        account_call(
+            self._call_log,
+            workspace=row.workspace,
+            agent=row.agent,
+            workspace_id=row.workspace_id,
+            agent_id=row.agent_id,
+            key_id=row.key_id,
+            request_id="req_" + os.urandom(8).hex(),  # this run's own: the tools/call has its own
+            tool=row.tool,
+            tool_version=row.version,
+            outcome="ok" if outcome.status == "completed" else outcome.payload["error_code"],
+            upstream=upstream,
+            called_at=called_at,
+            duration_ms=(time.perf_counter() - started) * 1000,
+            approval_id=row.id,
+        )
+        return outcome
 
     def _internal_error(self) -> Outcome:
         failure = ToolError.of("internal_error", language=self._language)
         return Outcome("failed", _payload(failure.error_code, failure.message))
 
     async def _send(
-        self, row: Claimed, compiled: CompiledOperation, secrets: Mapping[str, str]
+        self,
+        row: Claimed,
+        compiled: CompiledOperation,
+        secrets: Mapping[str, str],
+        upstream: UpstreamCall,
     ) -> Outcome:
         try:
             built = compiled.build(compiled.validate(row.arguments), secrets)
@@ -187,17 +220,11 @@ class Performer:
             log.error("approval_request_changed", approval_id=row.id, tool=row.tool)
             return self._internal_error()
         try:
-            response = await self._executor.execute(compiled.upstream_request(built))
-        except OutboundError as exc:
-            failure = ToolError.of(cast(ErrorCode, exc.code), language=self._language)
-            return Outcome("failed", _payload(failure.error_code, failure.message))
-        try:
-            selected = compiled.select(
-                response.status, response.headers, response.body, secret_values=built.secret_values
-            )
+            selected = await compiled.call(self._executor, built, upstream)
         except ToolError as exc:
-            text = upstream_text(response.body, built.secret_values)
-            return Outcome("failed", _payload(exc.error_code, exc.message, response.status, text))
+            response = upstream.response
+            text = None if response is None else upstream_text(response.body, built.masker)
+            return Outcome("failed", _payload(exc.error_code, exc.message, upstream.status, text))
         return Outcome("completed", selected.value)
 
     async def _compiled(self, row: Claimed) -> CompiledOperation:
@@ -215,7 +242,7 @@ class Performer:
         return compiled
 
     async def _secrets(self, row: Claimed, compiled: CompiledOperation) -> Mapping[str, str]:
-        """The workspace's current secrets: the snapshot's, else decrypted from the database."""
+        """The workspace's current secrets: the snapshot's, else opened from the database."""
         if compiled.spec.request.auth is None:
             return {}
         agent = self._snapshot().agents_by_id.get(row.agent_id)
@@ -224,14 +251,4 @@ class Performer:
         if self._box is None:
             return {}
         async with self._pool.connection() as conn:
-            sealed = await leases.load_sealed_secrets(conn, row.workspace_id)
-        opened: dict[str, str] = {}
-        for r in sealed:
-            try:
-                opened[r["name"]] = self._box.open(
-                    Sealed(bytes(r["ciphertext"]), bytes(r["nonce"]), r["key_id"]),
-                    secret_associated_data(row.workspace_id, r["name"]),
-                )
-            except CryptoError:
-                log.error("approval_secret_unreadable", secret=r["name"])  # never the value
-        return opened
+            return await load_secrets(conn, self._box, row.workspace_id)

@@ -42,6 +42,9 @@ class Claimed:
     max_attempts: int
     workspace_id: int
     agent_id: int
+    key_id: int | None  # the agent key that asked for the approval
+    workspace: str  # slugs, for the call's metric label
+    agent: str
     operation_id: int
     tool: str
     version: int
@@ -77,7 +80,9 @@ UPDATE approvals a
        completed_at = CASE WHEN c.exhausted THEN now() ELSE a.completed_at END
   FROM candidate c
  WHERE a.id = c.id
-RETURNING a.id, a.status, a.attempt, a.max_attempts, a.workspace_id, a.agent_id,
+RETURNING a.id, a.status, a.attempt, a.max_attempts, a.workspace_id, a.agent_id, a.key_id,
+          (SELECT slug FROM workspaces WHERE id = a.workspace_id) AS workspace,
+          (SELECT slug FROM agents WHERE id = a.agent_id) AS agent,
           a.operation_id, a.tool, a.version, a.arguments, a.request, c.lease_s
 """
 
@@ -116,7 +121,6 @@ SELECT status, CASE WHEN status = 'approved' THEN pg_notify('{CHANNEL}', id) END
 """
 
 _SPEC_SQL = "SELECT spec FROM operation_versions WHERE operation_id = %s AND version = %s"
-_SECRETS_SQL = "SELECT name, ciphertext, nonce, key_id FROM secrets WHERE workspace_id = %s"
 
 
 def _fence(row: Claimed, owner: str) -> dict[str, Any]:
@@ -140,6 +144,9 @@ async def claim(
             max_attempts=r["max_attempts"],
             workspace_id=r["workspace_id"],
             agent_id=r["agent_id"],
+            key_id=r["key_id"],
+            workspace=r["workspace"],
+            agent=r["agent"],
             operation_id=r["operation_id"],
             tool=r["tool"],
             version=r["version"],
@@ -182,8 +189,3 @@ async def load_spec(conn: Connection, operation_id: int, version: int) -> Any:
     cur = await conn.execute(_SPEC_SQL, (operation_id, version))
     found = await cur.fetchone()
     return None if found is None else found["spec"]
-
-
-async def load_sealed_secrets(conn: Connection, workspace_id: int) -> list[dict[str, Any]]:
-    cur = await conn.execute(_SECRETS_SQL, (workspace_id,))
-    return await cur.fetchall()

@@ -13,15 +13,13 @@ call makes a new one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mcp_gateway.approvals import store
+from mcp_gateway.snapshot import Tool
+from mcp_gateway.tool_context import ToolCallContext
 from shared.canonical import arguments_hash
-
-if TYPE_CHECKING:
-    from mcp_gateway.exchange import Exchange
-    from mcp_gateway.snapshot import Tool
-    from shared.request_builder import BuiltRequest
+from shared.request_builder import BuiltRequest
 
 _ROUNDS = 5  # an active row can finish between the insert and the look-up; try again
 
@@ -49,25 +47,24 @@ def approval_required(prefix: str, workspace: str, agent: str, approval_id: str)
 
 
 async def request_approval(
-    call: Exchange, tool: Tool, arguments: dict[str, Any], built: BuiltRequest
+    ctx: ToolCallContext, tool: Tool, arguments: dict[str, Any], built: BuiltRequest
 ) -> dict[str, Any]:
     """The seed's approval_required structure for a new or the existing active approval."""
-    settings = call.state.settings
-    agent = call.agent
+    agent = ctx.agent
     new = store.NewApproval(
         workspace_id=agent.workspace_id,
         agent_id=agent.id,
         operation_id=tool.operation_id,
-        key_id=call.key.id,
+        key_id=ctx.key_id,
         tool=tool.name,
         version=tool.version,
         arguments=arguments,
         arguments_hash=arguments_hash(arguments),
         request=built.redacted(),
-        ttl_s=settings.approval_ttl_s,
-        max_attempts=settings.approval_max_attempts,
+        ttl_s=ctx.approval_ttl_s,
+        max_attempts=ctx.approval_max_attempts,
     )
-    async with call.state.pool.connection() as conn:
+    async with ctx.pool.connection() as conn:
         for _ in range(_ROUNDS):
             approval_id = await store.insert_unless_active(conn, new)
             if approval_id is None:
@@ -79,6 +76,6 @@ async def request_approval(
                     await store.expire(conn, approval_id)
                     continue
             return approval_required(
-                settings.public_path_prefix, agent.workspace, agent.slug, approval_id
+                ctx.public_path_prefix, agent.workspace, agent.slug, approval_id
             )
     raise ApprovalRace(f"no stable active approval for {tool.name} after {_ROUNDS} rounds")

@@ -65,6 +65,7 @@ from psycopg_pool import AsyncConnectionPool
 from mcp_gateway.approvals import leases
 from mcp_gateway.approvals.execution import Deferred, Outcome, Performer, exhausted_payload
 from mcp_gateway.approvals.leases import Claimed
+from mcp_gateway.call_log import CallLogWriter
 from mcp_gateway.snapshot import Snapshot
 from shared.crypto import SecretBox
 from shared.db import Connection, within
@@ -101,6 +102,7 @@ class ApprovalWorker:
         owner: str,
         snapshot: Callable[[], Snapshot],
         box: SecretBox | None,
+        call_log: CallLogWriter,
         language: Language = "en",
         concurrency: int = CONCURRENCY,
         poll_s: float = POLL_S,
@@ -109,7 +111,9 @@ class ApprovalWorker:
     ) -> None:
         self.owner = owner  # lease_owner: this process (Replicas.replica_id)
         self._pool = pool
-        self._performer = Performer(pool, executor, snapshot=snapshot, box=box, language=language)
+        self._performer = Performer(
+            pool, executor, snapshot=snapshot, box=box, call_log=call_log, language=language
+        )
         self._concurrency = concurrency
         self._margin_s = margin_s
         self._renew_every_s = renew_every_s

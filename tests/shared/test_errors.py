@@ -10,7 +10,6 @@ from shared.errors import (
     confirmation_required,
     invalid_arguments,
     is_recoverable,
-    mask,
     secret_missing,
     suggested_action,
 )
@@ -128,7 +127,3 @@ def test_tool_error_is_an_exception_with_its_message() -> None:
     with pytest.raises(ToolError) as caught:
         raise ToolError.of("internal_error")
     assert str(caught.value) == caught.value.message
-
-
-def test_mask_replaces_every_secret_value_longest_first() -> None:
-    assert mask("token abc and abcdef", ["abc", "abcdef", ""]) == "token **** and ****"

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from shared.errors import ToolError
+from shared.masking import Masker
 from shared.response_selector import (
     MAX_RETRY_AFTER_S,
     ResponseSelector,
@@ -142,7 +143,7 @@ def test_upstream_body_never_appears_in_the_message() -> None:
 def test_upstream_excerpt_is_short_single_line_and_masks_secrets() -> None:
     raw = b"token=sk_live_1\n\x00" + b"A" * 5000
     with pytest.raises(ToolError) as caught:
-        selector().select(500, {}, raw, secret_values=["sk_live_1"])
+        selector().select(500, {}, raw, masker=Masker(["sk_live_1"]))
     text = caught.value.details["upstream_text"]
     assert "sk_live_1" not in text
     assert text.startswith("token=****")
@@ -213,11 +214,11 @@ def test_a_secret_the_upstream_echoes_never_reaches_the_model() -> None:
         "list": [f"x{secret}y", 1, None],
         "ok": True,
     }
-    result = selector().select(200, {}, body(upstream), secret_values=[secret])
+    result = selector().select(200, {}, body(upstream), masker=Masker([secret]))
     assert secret not in json.dumps(result.value)
     assert result.value["headers"]["Authorization"] == "Bearer ****"
     assert result.value["list"] == ["x****y", 1, None]
-    text = selector().select(200, {}, f"token={secret}".encode(), secret_values=[secret])
+    text = selector().select(200, {}, f"token={secret}".encode(), masker=Masker([secret]))
     assert text.value == {"text": "token=****"}
 
 
@@ -225,7 +226,7 @@ def test_an_upstream_error_excerpt_masks_a_json_escaped_secret() -> None:
     secret = 'ab/cd"ef'
     echoed = json.dumps({"auth": secret}).replace("/", "\\/").encode()
     with pytest.raises(ToolError) as raised:
-        selector().select(401, {}, echoed, secret_values=[secret])
+        selector().select(401, {}, echoed, masker=Masker([secret]))
     text = raised.value.details["upstream_text"]
     assert "ab" not in text
     assert "****" in text

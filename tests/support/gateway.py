@@ -131,10 +131,11 @@ async def seed_catalog(client: Client, admin: str) -> Catalog:
 
 
 @dataclass
-class Gateway:
+class Served:
+    """A Crank process served by granian on loopback, its output in ``log_path``."""
+
     process: subprocess.Popen[bytes]
     port: int
-    metrics_port: int
     log_path: Path
 
     @property
@@ -142,10 +143,25 @@ class Gateway:
         return f"http://127.0.0.1:{self.port}"
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        return _read(self.log_path)
 
 
-def _spawn(port: int, env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace")
+
+
+@dataclass
+class Gateway(Served):
+    metrics_port: int
+
+
+GATEWAY_APP = "mcp_gateway.app:create_app"
+CONTROL_PLANE_APP = "control_plane.app:create_app"
+
+
+def _spawn(
+    port: int, env: dict[str, str], log_path: Path, app: str = GATEWAY_APP
+) -> subprocess.Popen[bytes]:
     with log_path.open("wb") as log_file:
         return subprocess.Popen(
             [
@@ -160,13 +176,51 @@ def _spawn(port: int, env: dict[str, str], log_path: Path) -> subprocess.Popen[b
                 "127.0.0.1",
                 "--port",
                 str(port),
-                "mcp_gateway.app:create_app",
+                app,
             ],
             env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+@asynccontextmanager
+async def _serve(
+    app: str, env: dict[str, str], log_path: Path, port: int
+) -> AsyncIterator[subprocess.Popen[bytes]]:
+    """``app`` under granian until the block ends, once its /readyz answers 200."""
+    process = _spawn(port, env, log_path, app)
+    try:
+        deadline = time.monotonic() + 30
+        async with httpx.AsyncClient() as http:
+            while True:
+                assert process.poll() is None, f"{app} exited: {_read(log_path)}"
+                try:
+                    if (await http.get(f"http://127.0.0.1:{port}/readyz")).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, f"{app} not ready: {_read(log_path)}"
+                await asyncio.sleep(0.1)
+        yield process
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+
+
+def _env(database_url: str, extra_env: dict[str, str] | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRANK_")}
+    return env | {
+        "CRANK_DATABASE_URL": database_url,
+        "CRANK_SECRET_KEY": TEST_SECRET_KEY,
+        **(extra_env or {}),
+    }
 
 
 @asynccontextmanager
@@ -178,38 +232,28 @@ async def run_gateway(
     extra_env: dict[str, str] | None = None,
 ) -> AsyncIterator[Gateway]:
     port, metrics_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRANK_")}
-    env |= {
-        "CRANK_DATABASE_URL": database_url,
-        "CRANK_SECRET_KEY": TEST_SECRET_KEY,
-        "CRANK_MCP_REFRESH_MS": str(refresh_ms),
-        "CRANK_METRICS_PORT": str(metrics_port),
-        **(extra_env or {}),
-    }
+    env = _env(
+        database_url,
+        {
+            "CRANK_MCP_REFRESH_MS": str(refresh_ms),
+            "CRANK_METRICS_PORT": str(metrics_port),
+            **(extra_env or {}),
+        },
+    )
     log_path = tmp_path / f"gateway-{port}.log"
-    process = _spawn(port, env, log_path)
-    gateway = Gateway(process, port, metrics_port, log_path)
-    try:
-        deadline = time.monotonic() + 30
-        async with httpx.AsyncClient() as http:
-            while True:
-                assert process.poll() is None, f"gateway exited: {gateway.log()}"
-                try:
-                    if (await http.get(f"{gateway.url}/readyz")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, f"gateway not ready: {gateway.log()}"
-                await asyncio.sleep(0.1)
-        yield gateway
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
+    async with _serve(GATEWAY_APP, env, log_path, port) as process:
+        yield Gateway(process, port, log_path, metrics_port)
+
+
+@asynccontextmanager
+async def run_control_plane(
+    database_url: str, tmp_path: Path, *, extra_env: dict[str, str] | None = None
+) -> AsyncIterator[Served]:
+    """The control plane as deployed (granian), its structlog output in its log file."""
+    port = free_port()
+    log_path = tmp_path / f"control-plane-{port}.log"
+    async with _serve(CONTROL_PLANE_APP, _env(database_url, extra_env), log_path, port) as process:
+        yield Served(process, port, log_path)
 
 
 @dataclass

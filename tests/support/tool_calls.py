@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.api import Client, auth
+from tests.support.api import auth
 from tests.support.mcp import META, modern
 
 LEGACY_VERSION = "2025-06-18"
@@ -34,7 +34,7 @@ async def ok(response: Any) -> Any:
     return response
 
 
-async def publish_operation(client: Client, admin: str, spec: dict[str, Any]) -> None:
+async def publish_operation(client: httpx.AsyncClient, admin: str, spec: dict[str, Any]) -> None:
     created = await ok(await client.post(f"{BASE}/operations", json=spec, headers=auth(admin)))
     await ok(
         await client.post(
@@ -44,7 +44,9 @@ async def publish_operation(client: Client, admin: str, spec: dict[str, Any]) ->
     )
 
 
-async def publish_agent(client: Client, admin: str, slug: str, operations: list[str]) -> str:
+async def publish_agent(
+    client: httpx.AsyncClient, admin: str, slug: str, operations: list[str]
+) -> str:
     """Publishes the agent and returns a new agent key for it."""
     body = {"slug": slug, "description": f"The {slug} agent.", "operations": operations}
     agent = await ok(await client.post(f"{BASE}/agents", json=body, headers=auth(admin)))

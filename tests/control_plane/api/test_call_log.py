@@ -24,6 +24,7 @@ FIELDS = {
     "attempts",
     "duration_ms",
     "upstream_ms",
+    "approval_id",
 }
 
 

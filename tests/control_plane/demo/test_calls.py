@@ -20,7 +20,6 @@ from __future__ import annotations
 import errno
 import socket
 from pathlib import Path
-from typing import cast
 
 import httpx
 import pytest
@@ -28,10 +27,11 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 from control_plane.demo import load_demo_file
 from shared.compiler import compile_operation
-from shared.errors import ErrorCode, ToolError
-from shared.outbound import OutboundError, UpstreamExecutor
+from shared.errors import ToolError
+from shared.outbound import UpstreamExecutor
 from shared.spec import operation_from_builtins, spec_to_builtins
 from shared.ssrf import AddressPolicy
+from shared.upstream import UpstreamCall
 from tests.support.gateway import demo_gateway
 from tests.support.tool_calls import ERAS, Caller, assert_tool_error
 
@@ -107,15 +107,16 @@ async def test_offline_the_demo_frankfurter_call_is_upstream_unavailable(
     resolver, network = OfflineResolver(failure, answer), NoNetwork()
     # The gateway's default policy and executor configuration (no allowlist needed: public).
     executor = UpstreamExecutor(AddressPolicy(), resolver=resolver, socket_factory=network)
+    upstream = UpstreamCall()
     async with executor:
-        with pytest.raises(OutboundError) as caught:
-            await executor.execute(compiled.upstream_request(built))
+        with pytest.raises(ToolError) as caught:  # the upstream step, as tools/call runs it
+            await compiled.call(executor, built, upstream)
 
-    code = cast(ErrorCode, caught.value.code)  # as mcp_gateway.tool_call maps it
-    structured = ToolError.of(code, request_id="req_offline").to_structured()
+    structured = caught.value.to_structured()
     assert (structured["error_code"], structured["recoverable"]) == ("upstream_unavailable", True)
     attempts = spec.execution_config.retries + 1  # a GET: every attempt was made, none hung
-    assert caught.value.attempts == attempts
+    assert upstream.attempts == caught.value.details["attempts"] == attempts
+    assert upstream.status is None
     # A name that resolved is cached by the connector (and judged again from the cache).
     assert resolver.asked == [FRANKFURTER_HOST] * (attempts if answer is None else 1)
     assert network.addresses == ([] if answer is None else [answer] * attempts)  # no socket made

@@ -16,6 +16,7 @@ import pytest
 from mcp_gateway.approvals import leases
 from mcp_gateway.approvals.execution import UPSTREAM_TEXT_CHARS, same_request
 from mcp_gateway.approvals.worker import ApprovalWorker
+from mcp_gateway.call_log import CallLogWriter
 from mcp_gateway.refresher import Refresher
 from mcp_gateway.snapshot import Snapshot, SnapshotOptions, load_snapshot
 from shared.crypto import SecretBox
@@ -52,6 +53,7 @@ async def worker_for(
     owner: str = "worker-a",
     start: bool = False,
     snapshot: Snapshot | None = None,
+    call_log: CallLogWriter | None = None,
     **options: Any,
 ) -> AsyncIterator[ApprovalWorker]:
     pool = await open_pool(database_url, autocommit=True, max_size=4, name=owner)
@@ -66,6 +68,7 @@ async def worker_for(
         owner=owner,
         snapshot=lambda: current,
         box=SecretBox(TEST_SECRET_KEY),
+        call_log=call_log or CallLogWriter(pool),  # never flushed unless the test does
         **options,
     )
     if start:

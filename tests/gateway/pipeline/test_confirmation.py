@@ -31,7 +31,7 @@ from aiohttp import web
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from mcp_gateway.confirmation import ConfirmationSigner
+from mcp_gateway.confirmation_tokens import ConfirmationSigner
 from shared.canonical import arguments_hash
 from shared.db import connect
 from shared.errors import suggested_action

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mcp_gateway.confirmation import MAX_TOKEN_LENGTH, ConfirmationSigner, InvalidToken
+from mcp_gateway.confirmation_tokens import MAX_TOKEN_LENGTH, ConfirmationSigner, InvalidToken
 from shared.canonical import arguments_hash
 from shared.request_builder import CONFIRMATION_TOKEN_PATTERN
 
