@@ -5,7 +5,7 @@ same as https://api.frankfurter.dev/v1/latest would, with fixed figures);
 ``GET /_count`` answers how many ``/v1/latest`` requests this process served,
 so the bench can check that every tools/call reached the upstream once.
 A bare ASGI app is the fastest thing the pinned toolchain serves over HTTP
-(DESIGN: ≈ 7,500 req/s on one core), so the direct figure is a hard ceiling.
+(≈ 7,500 req/s on one core of this kind of machine), so the direct figure is a hard ceiling.
 """
 
 from __future__ import annotations

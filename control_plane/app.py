@@ -18,11 +18,11 @@ from control_plane.routes import route_handlers
 from control_plane.state import AppState
 from shared.crypto import KeyHasher, SecretBox
 from shared.db import Connection, open_pool
+from shared.engine.outbound import UpstreamExecutor
+from shared.engine.ssrf import AddressPolicy
 from shared.last_use import LastUseRecorder
 from shared.logging import configure_logging
-from shared.outbound import UpstreamExecutor
 from shared.settings import Settings, SettingsError, load_settings
-from shared.ssrf import AddressPolicy
 
 API_PREFIX = "/api/v1"
 SCHEMA_PATH = f"{API_PREFIX}/schema"  # the OpenAPI document and docs page, served without a token

@@ -28,7 +28,7 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
 from control_plane.lint import Finding
-from shared.spec_validation import FieldError
+from shared.engine.spec_validation import FieldError
 
 log = structlog.get_logger(__name__)
 

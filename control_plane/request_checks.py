@@ -20,7 +20,7 @@ from litestar import Request
 from litestar.exceptions import SerializationException
 
 from control_plane.errors import ValidationFailed
-from shared.spec_validation import FieldError
+from shared.engine.spec_validation import FieldError
 
 MAX_JSON_DEPTH = 64
 _NUL = "\x00"

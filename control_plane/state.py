@@ -8,8 +8,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from shared.crypto import KeyHasher, SecretBox
 from shared.db import Connection
+from shared.engine.outbound import UpstreamExecutor
 from shared.last_use import LastUseRecorder
-from shared.outbound import UpstreamExecutor
 from shared.settings import Settings
 
 

@@ -10,7 +10,7 @@ here. Metrics have their own port (``CRANK_METRICS_PORT``).
 ``starting`` before the first snapshot, and 503 ``degraded`` while the
 database is unreachable or the snapshot is older than three refresh
 intervals; a degraded gateway keeps serving its last snapshot
-(mcp_gateway.refresher).
+(mcp_gateway.catalog.refresher).
 
 Shutdown: granian waits for open answers before it runs the lifespan
 shutdown, and SSE streams never end by themselves, so the first SIGTERM or
@@ -35,34 +35,34 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from mcp_gateway import endpoint
 from mcp_gateway.approvals import endpoints as approval_endpoints
 from mcp_gateway.approvals.expiry import ExpirySweeper
 from mcp_gateway.approvals.leases import CHANNEL as APPROVALS_CHANNEL
 from mcp_gateway.approvals.worker import ApprovalWorker
-from mcp_gateway.asgi import Receive, Scope, Send, respond
-from mcp_gateway.call_log import CallLogWriter
-from mcp_gateway.confirmation import ConfirmationSigner
-from mcp_gateway.jsonrpc import encode
-from mcp_gateway.keys import KeyResolver
-from mcp_gateway.metrics import SNAPSHOT_VERSION, start_metrics_server
-from mcp_gateway.protocol_error import ProtocolError
-from mcp_gateway.rate_limits import RateLimiter
-from mcp_gateway.refresher import Refresher, resilient_conninfo
-from mcp_gateway.replicas import Replicas
-from mcp_gateway.retention import Pruner
-from mcp_gateway.sessions import SessionSigner
-from mcp_gateway.snapshot import Snapshot, SnapshotOptions
+from mcp_gateway.catalog.keys import KeyResolver
+from mcp_gateway.catalog.refresher import Refresher, resilient_conninfo
+from mcp_gateway.catalog.snapshot import Snapshot, SnapshotOptions
+from mcp_gateway.pipeline.confirmation_tokens import ConfirmationSigner
 from mcp_gateway.state import GatewayState
-from mcp_gateway.streams import StreamHub
+from mcp_gateway.transport import endpoint
+from mcp_gateway.transport.asgi import Receive, Scope, Send, respond
+from mcp_gateway.transport.errors import ProtocolError
+from mcp_gateway.transport.jsonrpc import encode
+from mcp_gateway.transport.rate_limits import RateLimiter
+from mcp_gateway.transport.sessions import SessionSigner
+from mcp_gateway.transport.streams import StreamHub
+from mcp_gateway.upkeep.call_log import CallLogWriter
+from mcp_gateway.upkeep.metrics import SNAPSHOT_VERSION, start_metrics_server
+from mcp_gateway.upkeep.replicas import Replicas
+from mcp_gateway.upkeep.retention import Pruner
 from shared.crypto import KeyHasher, SecretBox
 from shared.db import open_pool
+from shared.engine.outbound import UpstreamExecutor
+from shared.engine.spec import RateLimit
+from shared.engine.ssrf import AddressPolicy
 from shared.last_use import LastUseRecorder
 from shared.logging import configure_logging
-from shared.outbound import UpstreamExecutor
 from shared.settings import Settings, SettingsError, load_settings
-from shared.spec import RateLimit
-from shared.ssrf import AddressPolicy
 
 log = structlog.get_logger(__name__)
 

@@ -7,19 +7,19 @@ from typing import TYPE_CHECKING
 
 from psycopg_pool import AsyncConnectionPool
 
-from mcp_gateway.call_log import CallLogWriter
-from mcp_gateway.confirmation import ConfirmationSigner
-from mcp_gateway.keys import KeyResolver
-from mcp_gateway.rate_limits import RateLimiter
-from mcp_gateway.refresher import Refresher
-from mcp_gateway.replicas import Replicas
-from mcp_gateway.sessions import SessionSigner
-from mcp_gateway.streams import StreamHub
+from mcp_gateway.catalog.keys import KeyResolver
+from mcp_gateway.catalog.refresher import Refresher
+from mcp_gateway.pipeline.confirmation_tokens import ConfirmationSigner
+from mcp_gateway.transport.rate_limits import RateLimiter
+from mcp_gateway.transport.sessions import SessionSigner
+from mcp_gateway.transport.streams import StreamHub
+from mcp_gateway.upkeep.call_log import CallLogWriter
+from mcp_gateway.upkeep.replicas import Replicas
 from shared.db import Connection
+from shared.engine.outbound import UpstreamExecutor
+from shared.engine.spec import RateLimit
 from shared.last_use import LastUseRecorder
-from shared.outbound import UpstreamExecutor
 from shared.settings import Settings
-from shared.spec import RateLimit
 
 if TYPE_CHECKING:  # no import cycle through the approvals package and the call path
     from mcp_gateway.approvals.worker import ApprovalWorker

@@ -1,6 +1,6 @@
 """The process's Prometheus registry, and the metrics code in ``shared`` counts.
 
-The gateway serves this registry on its metrics port (mcp_gateway.metrics
+The gateway serves this registry on its metrics port (mcp_gateway.upkeep.metrics
 adds its own metrics to it); the control plane counts into it too, though it
 serves no metrics endpoint.
 """

@@ -24,15 +24,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     mcp_refresh_ms: int = 5000
     mcp_session_ttl_s: int = 86400
     mcp_listen: bool = True  # LISTEN for publishes; false behind a transaction-pooling PgBouncer
-    mcp_tools_page_size: int = 500  # tools per tools/list page (DESIGN "Tools/list paging")
+    mcp_tools_page_size: int = (
+        500  # tools per tools/list page (docs/architecture.md, "Tools/list paging")
+    )
     # tools/call per key: "REQUESTS/SECONDS", or "off"; an agent's rate_limit overrides it.
     rate_limit: str = "600/60"
     call_log_flush_ms: int = 1000  # the call log is written in batches this often
-    # Retention in days; 0 keeps rows forever (DESIGN "Retention").
+    # Retention in days; 0 keeps rows forever (docs/architecture.md, "Retention").
     call_log_retention_days: int = 30
     audit_log_retention_days: int = 365
     approvals_retention_days: int = 90  # finished approvals (denied, expired, completed, failed)
-    # Safety flows (DESIGN "Safety flows").
+    # Safety flows (docs/architecture.md, "Gate order").
     approval_ttl_s: int = 86400  # a pending approval expires after this
     approval_max_attempts: int = 3  # claims of one approved row before it fails
     approval_workers: int = 8  # approved calls one gateway process runs at once

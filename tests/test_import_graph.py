@@ -140,17 +140,7 @@ def cycle_through(graph: Graph, group: list[str]) -> list[str]:
 
 
 PACKAGES = ["control_plane", "mcp_gateway", "shared"]
-CYCLE_FREE = [
-    "control_plane",
-    pytest.param(
-        "mcp_gateway",
-        marks=pytest.mark.xfail(
-            strict=False,
-            reason="mcp_gateway.approvals <-> approvals.requests is being untied in parallel",
-        ),
-    ),
-    "shared",
-]
+CYCLE_FREE = PACKAGES
 
 
 @pytest.mark.parametrize("package", CYCLE_FREE)

@@ -33,7 +33,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared.db import connect
-from shared.masking import MASK
+from shared.engine.masking import MASK
 from tests.support.api import auth
 from tests.support.gateway import (
     Gateway,
@@ -55,7 +55,7 @@ MCP = f"/mcp/v1/default/{AGENT}"
 APPROVALS = f"/v1/default/{AGENT}/approvals"
 BEARER = {"type": "bearer", "secret": "ECHO_TOKEN"}
 BASIC_AUTH = {"type": "basic", "secret": "ECHO_BASIC"}
-EXCERPT_WINDOW = 800  # shared.response_selector: characters read for an error excerpt
+EXCERPT_WINDOW = 800  # shared.engine.response_selector: characters read for an error excerpt
 UPSTREAM_TEXT_CHARS = 2000  # mcp_gateway.approvals.execution: the approval record's text
 
 

@@ -41,8 +41,8 @@ from control_plane.cli.common import CliError
 from control_plane.lint import Finding
 from control_plane.lint.report import render_findings, summary
 from control_plane.services.apply import ApplyPlan, PlanItem
-from shared.spec import CrankFile
-from shared.spec_validation import FieldError, decode_error_to_field
+from shared.engine.spec import CrankFile
+from shared.engine.spec_validation import FieldError, decode_error_to_field
 
 DEFAULT_WORKSPACE = "default"  # where a file that names none goes without --workspace
 

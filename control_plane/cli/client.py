@@ -31,7 +31,7 @@ import msgspec
 
 from control_plane.cli.common import CliError
 from control_plane.lint import Finding
-from shared.spec_validation import FieldError
+from shared.engine.spec_validation import FieldError
 
 if TYPE_CHECKING:
     from control_plane.cli.devstate import DevState

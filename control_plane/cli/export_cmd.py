@@ -26,7 +26,7 @@ import msgspec
 from control_plane.cli.client import Client, segment
 from control_plane.cli.common import CliError
 from control_plane.services.export import ExportFormat, render, to_document
-from shared.spec import CrankFile
+from shared.engine.spec import CrankFile
 
 
 def _format(args: argparse.Namespace) -> ExportFormat:

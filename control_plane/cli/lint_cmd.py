@@ -22,7 +22,7 @@ from control_plane.lint import Finding, check_and_lint_file, has_errors
 from control_plane.lint.findings import finding
 from control_plane.lint.report import render_findings, summary
 from control_plane.services.apply import check_file
-from shared.spec_validation import decode_error_to_field
+from shared.engine.spec_validation import decode_error_to_field
 
 EXIT_OK = 0
 EXIT_ERRORS = 1

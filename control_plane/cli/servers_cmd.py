@@ -16,7 +16,7 @@ from control_plane.cli.common import cli_settings, key_hasher, require_database_
 from shared.settings import Settings
 
 CONTROL_PLANE_APP = "control_plane.app:create_app"
-# Started by module path, never imported (DESIGN "Where code lives").
+# Started by module path, never imported (docs/architecture.md, "Where code lives").
 GATEWAY_APP = "mcp_gateway.app:create_app"
 
 

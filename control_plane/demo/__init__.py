@@ -8,8 +8,8 @@ from importlib import resources
 import msgspec
 import yaml
 
+from shared.engine.spec import CrankFile
 from shared.settings import SettingsError
-from shared.spec import CrankFile
 
 DEMO_WORKSPACE = "default"
 DEFAULT_SALES_PORT = 8090

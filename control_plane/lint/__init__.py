@@ -1,6 +1,6 @@
 """The tool linter: tool-design.md's checklist as rules with ids and severities.
 
-Style, not validity: ``shared.spec_validation`` refuses what cannot be saved;
+Style, not validity: ``shared.engine.spec_validation`` refuses what cannot be saved;
 this package judges what can. ``crank lint``, the lint API, ``crank apply``
 and every publish run it; errors block a publish, warnings are reported.
 The rule table is in ``findings``, the rules in ``operation_rules`` and

@@ -20,7 +20,7 @@ from control_plane.lint.findings import (
 )
 from control_plane.lint.operation_rules import name_tokens
 from control_plane.lint.text import words
-from shared.spec import AgentSpec, OperationSpec
+from shared.engine.spec import AgentSpec, OperationSpec
 
 NAME_RATIO: Final = 0.9  # difflib ratio of two names above which they read as one
 DESCRIPTION_OVERLAP: Final = 0.8  # Jaccard overlap of two descriptions' word sets

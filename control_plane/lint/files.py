@@ -14,8 +14,8 @@ from typing import Final
 from control_plane.lint.agent_rules import lint_agent
 from control_plane.lint.findings import Finding, agent_resource, finding, operation_resource
 from control_plane.lint.operation_rules import lint_operation
-from shared.spec import CrankFile, OperationSpec
-from shared.spec_validation import FieldError
+from shared.engine.spec import CrankFile, OperationSpec
+from shared.engine.spec_validation import FieldError
 
 
 def lint_file(

@@ -39,7 +39,7 @@ from typing import Final, Literal, NamedTuple
 
 import msgspec
 
-from shared.spec_validation import FieldError
+from shared.engine.spec_validation import FieldError
 
 Severity = Literal["error", "warning"]
 

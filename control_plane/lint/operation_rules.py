@@ -25,7 +25,7 @@ from control_plane.lint.text import (
     starts_with_action,
     words,
 )
-from shared.spec import OperationSpec
+from shared.engine.spec import OperationSpec
 
 # --- names ---------------------------------------------------------------------------
 

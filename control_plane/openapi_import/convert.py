@@ -11,7 +11,7 @@ select, in document order:
 3. build the arguments and request mapping (``request.build_request``),
    the auth (``security.choose_auth``) and the suggested response selection
    (``response.suggest``);
-4. check the result with ``shared.spec_validation.validate_operation``, the
+4. check the result with ``shared.engine.spec_validation.validate_operation``, the
    same check every write runs: an operation that fails it is skipped with the
    reasons, so everything in ``ImportResult.operations`` can be saved.
 
@@ -50,7 +50,7 @@ from control_plane.openapi_import.request import (
 from control_plane.openapi_import.resolve import RefError, SchemaResolver
 from control_plane.openapi_import.response import is_json_media, suggest
 from control_plane.openapi_import.security import AuthChoice, choose_auth
-from shared.spec import (
+from shared.engine.spec import (
     AgentSpec,
     ExecutionConfig,
     HttpMethod,
@@ -58,7 +58,7 @@ from shared.spec import (
     RequestSpec,
     ResponseSpec,
 )
-from shared.spec_validation import validate_operation
+from shared.engine.spec_validation import validate_operation
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 _SUPPORTED: dict[str, HttpMethod] = {

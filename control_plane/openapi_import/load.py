@@ -1,6 +1,6 @@
 """Reading an OpenAPI document: text (JSON or YAML) or a URL, and its version.
 
-A URL is fetched through ``shared.outbound.UpstreamExecutor``, so the same
+A URL is fetched through ``shared.engine.outbound.UpstreamExecutor``, so the same
 SSRF guard that protects upstream calls decides where the control plane may
 connect (``CRANK_ALLOW_PRIVATE_UPSTREAMS``, ``CRANK_UPSTREAM_ALLOWLIST``,
 cloud metadata always refused), redirects included.
@@ -19,13 +19,13 @@ import msgspec
 import yaml
 from yarl import URL
 
-from shared.outbound import (
+from shared.engine.outbound import (
     ExecutorConfig,
     OutboundError,
     UpstreamExecutor,
     UpstreamRequest,
 )
-from shared.ssrf import AddressPolicy
+from shared.engine.ssrf import AddressPolicy
 
 Version = Literal["2.0", "3.0", "3.1"]
 

@@ -3,7 +3,7 @@
 Tool names: the operationId in snake_case (``getPetById`` → ``get_pet_by_id``,
 ``repos/get-content`` → ``repos_get_content``), or without one the method and
 path (``GET /pets/{petId}`` → ``get_pets_by_pet_id``); an optional prefix in
-front. At most 64 characters (DESIGN "Tool names"): a longer name keeps its
+front. At most 64 characters (docs/architecture.md, "Tool names"): a longer name keeps its
 start and ends in an 8-character hash of the whole name, so two long names
 that share a start stay distinct and a re-import names them the same way.
 Names already taken in this import get ``_2``, ``_3`` ... in document order.

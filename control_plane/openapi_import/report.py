@@ -11,7 +11,7 @@ from typing import Literal
 
 import msgspec
 
-from shared.spec import AgentSpec, OperationSpec
+from shared.engine.spec import AgentSpec, OperationSpec
 
 NoteCode = Literal[
     "confirmation",  # DELETE: two-step confirmation applies

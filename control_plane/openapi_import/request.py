@@ -12,8 +12,8 @@ then body properties. A name already taken is prefixed with its location
   with the style's separator (``explode: false``, ``collectionFormat``);
   objects go as JSON only when the parameter declares JSON ``content``,
   other object styles (``deepObject``) cannot be built.
-- **header/cookie**: Crank sends static headers only (DESIGN "The operation
-  file format"). An ``Idempotency-Key`` header becomes
+- **header/cookie**: Crank sends static headers only (docs/operation-file.md,
+  ``request.headers``). An ``Idempotency-Key`` header becomes
   ``execution_config.idempotency``; a required header with one possible value
   (a single ``enum``, ``const`` or a ``default``) becomes a static header;
   ``Accept``, ``Content-Type`` and ``Authorization`` are ignored as OpenAPI
@@ -39,8 +39,8 @@ from control_plane.openapi_import.naming import ArgumentNamer
 from control_plane.openapi_import.report import NoteCode
 from control_plane.openapi_import.resolve import SchemaResolver
 from control_plane.openapi_import.response import is_json_media, jmespath_identifier
-from shared.request_builder import CONFIRMATION_ARGUMENT
-from shared.spec import IdempotencySpec
+from shared.engine.request_builder import CONFIRMATION_ARGUMENT
+from shared.engine.spec import IdempotencySpec
 
 _PATH_TEMPLATE = re.compile(r"\{([^{}]+)\}")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -191,7 +191,7 @@ def _described(schema: Any, parameter: Parameter) -> Any:
 
 
 def _path_schema(converted: Any, name: str) -> dict[str, Any]:
-    """A path variable must be a string, integer or number (``shared.spec_validation``)."""
+    """A path variable must be a string, integer or number (``shared.engine.spec_validation``)."""
     schema: dict[str, Any] = dict(converted) if isinstance(converted, dict) else {}
     kinds = [k for k in _types(schema) if k != "null"]
     scalar = [k for k in kinds if k in _PATH_TYPES]

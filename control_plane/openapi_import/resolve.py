@@ -1,6 +1,6 @@
 """Schemas of an OpenAPI document as self-contained JSON Schema 2020-12.
 
-A tool's inputSchema must stand alone (DESIGN "Schemas": ``$ref`` only within
+A tool's inputSchema must stand alone (docs/architecture.md, "Schemas": ``$ref`` only within
 the schema, never fetched), and many MCP hosts handle ``$ref`` poorly, so
 every reference is inlined:
 

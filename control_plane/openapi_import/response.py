@@ -7,8 +7,8 @@ declared order) and, for collection wrappers (``{"total_count": 3, "items":
 [...]}``), up to two arrays of objects projected the same way. Even when
 every field is kept the select is set: the result then has a known shape.
 
-``output_schema`` describes exactly what the select yields (DESIGN: every
-successful structuredContent must match it). A JMESPath multiselect yields
+``output_schema`` describes exactly what the select yields (docs/architecture.md, "Schemas":
+every successful structuredContent must match it). A JMESPath multiselect yields
 null for a field the upstream left out, and upstream documents are not always
 right about nullability, so every selected field is typed ``[type, "null"]``
 with no ``required`` and no constraints beyond the type: a promise the

@@ -1,7 +1,7 @@
 """Security schemes → ``request.auth`` naming a workspace secret to be set.
 
 Crank sends credentials from an encrypted workspace secret in a header
-(``shared.spec.AuthSpec``), so:
+(``shared.engine.spec.AuthSpec``), so:
 
 - ``http`` bearer → ``bearer``; ``http`` basic (2.0 ``basic``) → ``basic``
   (the secret is ``user:password``);
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from control_plane.openapi_import.naming import snake_case
-from shared.spec import AuthSpec
+from shared.engine.spec import AuthSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ from control_plane.services.agents import (
     unpublish_agent,
     update_agent_draft,
 )
-from shared.spec import AgentSpec, RateLimit
+from shared.engine.spec import AgentSpec, RateLimit
 
 
 class PublishedAgent(msgspec.Struct, kw_only=True):

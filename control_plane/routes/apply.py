@@ -21,8 +21,8 @@ from control_plane.deps import Caller, CurrentWorkspace, DbConn
 from control_plane.errors import BadRequest, LintFailed, ValidationFailed
 from control_plane.lint import has_errors
 from control_plane.services.apply import ApplyPlan, apply_file
-from shared.spec import CrankFile
-from shared.spec_validation import FieldError
+from shared.engine.spec import CrankFile
+from shared.engine.spec_validation import FieldError
 
 
 @post(

@@ -31,8 +31,8 @@ from control_plane.openapi_import import (
     parse_document,
 )
 from control_plane.services.imports import ImportReport, import_openapi
-from shared.spec_validation import FieldError
-from shared.ssrf import AddressPolicy
+from shared.engine.spec_validation import FieldError
+from shared.engine.ssrf import AddressPolicy
 
 
 class OpenApiImportRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -23,7 +23,7 @@ from control_plane.lint import Finding
 from control_plane.services.agents import lint_agent_draft, require_agent
 from control_plane.services.apply import lint_in_workspace
 from control_plane.services.operations import lint_stored, require_operation
-from shared.spec import CrankFile
+from shared.engine.spec import CrankFile
 
 
 class LintReport(msgspec.Struct, kw_only=True):

@@ -20,7 +20,7 @@ from control_plane.auth import Role
 from control_plane.deps import Caller, CurrentWorkspace, DbConn, IfMatch
 from control_plane.etag import Precondition, etag
 from control_plane.services import operations as service
-from shared.spec import OperationSpec, operation_from_builtins
+from shared.engine.spec import OperationSpec, operation_from_builtins
 
 
 class OperationList(msgspec.Struct, kw_only=True):

@@ -33,8 +33,8 @@ from control_plane.services.audit import record_change
 from control_plane.services.constraints import refuse_check_violations
 from control_plane.services.operations import serving_specs
 from shared.db import Connection
-from shared.spec import AgentSpec, agent_from_builtins, spec_to_builtins
-from shared.spec_validation import FieldError, validate_agent
+from shared.engine.spec import AgentSpec, agent_from_builtins, spec_to_builtins
+from shared.engine.spec_validation import FieldError, validate_agent
 
 _COLUMNS = (
     "id, slug, draft, revision, published, published_version, published_at, created_at, updated_at"

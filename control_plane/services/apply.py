@@ -45,8 +45,8 @@ from control_plane.lint import (
 )
 from control_plane.services import agents, operations
 from shared.db import Connection
-from shared.spec import AgentSpec, CrankFile, OperationSpec
-from shared.spec_validation import FieldError, validate_agent, validate_operation
+from shared.engine.spec import AgentSpec, CrankFile, OperationSpec
+from shared.engine.spec_validation import FieldError, validate_agent, validate_operation
 
 Kind = Literal["operation", "agent"]
 Action = Literal["create", "update", "unchanged"]

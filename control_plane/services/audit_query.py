@@ -17,7 +17,7 @@ import msgspec
 from control_plane.errors import ValidationFailed
 from shared.crypto import b64url_decode, b64url_encode
 from shared.db import Connection
-from shared.spec_validation import FieldError
+from shared.engine.spec_validation import FieldError
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200

@@ -1,4 +1,4 @@
-"""Reading the call log the gateways write (mcp_gateway.call_log): newest
+"""Reading the call log the gateways write (mcp_gateway.upkeep.call_log): newest
 first, keyset pagination on ``id``, filters by agent, tool and outcome. A call
 the approval worker ran, and the tools/call that asked for that approval,
 carry its ``approval_id``.
@@ -18,8 +18,8 @@ import msgspec
 from control_plane.errors import ValidationFailed
 from control_plane.services.audit_query import decode_cursor, encode_cursor
 from shared.db import Connection
-from shared.errors import ERROR_CODES
-from shared.spec_validation import SLUG, TOOL_NAME, FieldError
+from shared.engine.errors import ERROR_CODES
+from shared.engine.spec_validation import SLUG, TOOL_NAME, FieldError
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 500

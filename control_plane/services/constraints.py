@@ -1,6 +1,6 @@
 """CHECK constraints of the schema, translated into field errors.
 
-The Python checks (``shared/spec_validation.py``, the services) run first and
+The Python checks (``shared/engine/spec_validation.py``, the services) run first and
 mirror every CHECK, so a violation means the two disagree; it is still the
 caller's value that is wrong, so it is a 400, not a 500. The driver's message
 is never passed on or logged: its DETAIL line holds the whole failing row,
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from psycopg import errors as pg_errors
 
 from control_plane.errors import ValidationFailed
-from shared.spec_validation import FieldError
+from shared.engine.spec_validation import FieldError
 
 # Postgres names a column's CHECK "<table>_<column>_check".
 _FIELDS = {

@@ -1,6 +1,6 @@
 """``crank export``: a workspace as an operation file that ``crank apply`` takes back.
 
-Two views of a workspace, both in the file format of ``shared.spec``:
+Two views of a workspace, both in the file format of ``shared.engine.spec``:
 
 - **drafts** (the default): every operation's draft and every agent's draft.
   ``crank apply`` of it into an empty workspace reproduces the drafts; with
@@ -22,8 +22,8 @@ them.
 
 Both lists come from one SQL statement, so the file is one consistent
 snapshot even while others write. Fields equal to the format's defaults are
-left out, the way a person writes the file (DESIGN "Defaults keep the simple
-case short"); applying it fills them in again.
+left out, the way a person writes the file (docs/operation-file.md
+lists the defaults); applying it fills them in again.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import yaml
 from control_plane.auth import Workspace
 from control_plane.errors import Conflict
 from shared.db import Connection
-from shared.spec import (
+from shared.engine.spec import (
     AgentSpec,
     CrankFile,
     OperationSpec,

@@ -43,8 +43,8 @@ from control_plane.services import agents, operations
 from control_plane.services.audit import record_change
 from control_plane.services.operations import Change, diff_values
 from shared.db import Connection
-from shared.spec import AgentSpec, OperationSpec, spec_to_builtins
-from shared.spec_validation import FieldError, validate_agent, validate_operation
+from shared.engine.spec import AgentSpec, OperationSpec, spec_to_builtins
+from shared.engine.spec_validation import FieldError, validate_agent, validate_operation
 
 PROVENANCE_IMPORTS: Final = 100
 MAX_CHANGES_SHOWN: Final = 50

@@ -21,8 +21,8 @@ from control_plane.services.audit import record_change
 from control_plane.services.constraints import refuse_check_violations
 from shared.crypto import KeyHasher
 from shared.db import Connection
+from shared.engine.spec_validation import FieldError
 from shared.keys import KeyKind, display_prefix, generate_key, parse_key
-from shared.spec_validation import FieldError
 
 API_KEY_KINDS = (KeyKind.AGENT.value, KeyKind.APPROVAL.value)
 

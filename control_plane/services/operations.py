@@ -32,8 +32,8 @@ from control_plane.services.audit import record_change
 from control_plane.services.catalog import bump_catalog
 from control_plane.services.constraints import refuse_check_violations
 from shared.db import Connection
-from shared.spec import OperationSpec, operation_from_builtins, spec_to_builtins
-from shared.spec_validation import FieldError, validate_operation
+from shared.engine.spec import OperationSpec, operation_from_builtins, spec_to_builtins
+from shared.engine.spec_validation import FieldError, validate_operation
 
 
 class OperationRow(msgspec.Struct, kw_only=True):

@@ -18,7 +18,7 @@ from control_plane.services.audit import record_change
 from control_plane.services.constraints import refuse_check_violations
 from shared.crypto import CryptoError, Sealed, SecretBox, secret_associated_data
 from shared.db import Connection
-from shared.spec_validation import SECRET_NAME, FieldError
+from shared.engine.spec_validation import SECRET_NAME, FieldError
 
 MAX_SECRET_BYTES = 64 * 1024
 

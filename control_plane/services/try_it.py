@@ -5,9 +5,9 @@ The gateway's own pipeline and guards, the same code (docs/architecture.md,
 "The upstream call step")::
 
     arguments ──validate──▶ ──build(secret)──▶ BuiltRequest ──call──▶ result | tool error
-              (shared.compiler)                 (CompiledOperation.call: shared.outbound's
+              (shared.engine.compiler)                 (CompiledOperation.call: shared.engine.outbound's
                                                  SSRF guard, timeout, safe-only retries, raw
-                                                 body limit; then shared.response_selector)
+                                                 body limit; then shared.engine.response_selector)
 
 What differs from a tools/call, on purpose (it is an admin tool):
 
@@ -19,7 +19,7 @@ What differs from a tools/call, on purpose (it is an admin tool):
   process dies mid-call; the row is completed with the outcome afterwards.
 - The answer shows what a model never sees: the request as sent, the
   upstream's status, headers and raw body (capped at ``MAX_BODY_BYTES``), and
-  a tool error's details. Secret values — in every spelling shared.masking
+  a tool error's details. Secret values — in every spelling shared.engine.masking
   knows (escaped in JSON, percent-encoded, base64), in case the upstream
   echoes them back — are masked everywhere in it, the selected result
   included, before anything is cut; ``Set-Cookie`` headers are left out.
@@ -47,16 +47,16 @@ from control_plane.auth import Workspace
 from control_plane.errors import BadRequest, Conflict, ValidationFailed
 from control_plane.services.operations import require_operation
 from control_plane.state import AppState
-from shared.compiler import CompiledOperation, compile_operation
 from shared.crypto import SecretBox
 from shared.db import Connection
-from shared.errors import ErrorCode, ToolError
-from shared.masking import NO_SECRETS, Masker
-from shared.request_builder import BuiltRequest
+from shared.engine.compiler import CompiledOperation, compile_operation
+from shared.engine.errors import ErrorCode, ToolError
+from shared.engine.masking import NO_SECRETS, Masker
+from shared.engine.request_builder import BuiltRequest
+from shared.engine.spec import OperationSpec, operation_from_builtins
+from shared.engine.spec_validation import FieldError, validate_operation
+from shared.engine.upstream import UpstreamCall
 from shared.secrets import load_secrets
-from shared.spec import OperationSpec, operation_from_builtins
-from shared.spec_validation import FieldError, validate_operation
-from shared.upstream import UpstreamCall
 
 log = structlog.get_logger(__name__)
 
@@ -197,7 +197,7 @@ async def _call(
     except ToolError as exc:
         view = _upstream_view(upstream, masker, exc.error_code)
         return view, _tool_error(exc, request_id, masker)
-    # The selection masks what it selects (shared.response_selector).
+    # The selection masks what it selects (shared.engine.response_selector).
     result = TryResult(
         is_error=False, structured_content=selected.value, truncated=selected.truncated
     )

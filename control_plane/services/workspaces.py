@@ -12,7 +12,7 @@ from control_plane.errors import Conflict, ValidationFailed
 from control_plane.services.audit import record
 from control_plane.services.constraints import refuse_check_violations
 from shared.db import Connection
-from shared.spec_validation import SLUG, FieldError
+from shared.engine.spec_validation import SLUG, FieldError
 
 
 class WorkspaceView(msgspec.Struct, kw_only=True):

@@ -6,7 +6,7 @@
     POST {/mcp}/v1/{workspace}/{agent}/approvals/{id}/deny      {"approve": "no", "note": ...}
 
 Order of checks (docs/architecture.md, "Status precedence"; the
-authentication is the MCP endpoint's, mcp_gateway.access): Origin (403; an
+authentication is the MCP endpoint's, mcp_gateway.transport.auth): Origin (403; an
 allowed one gets CORS headers on every answer, and a preflight ``OPTIONS``
 is answered before auth, as browsers send it without credentials) → bearer
 key (401) → workspace and agent published (404) → an approval key of this
@@ -26,13 +26,21 @@ import msgspec
 import psycopg
 import structlog
 
-from mcp_gateway.access import authenticate, bearer, checked_origin
 from mcp_gateway.approvals import store
-from mcp_gateway.asgi import BodyTooLarge, Headers, Receive, Scope, Send, read_body, respond
-from mcp_gateway.keys import RETRY_AFTER_S
-from mcp_gateway.protocol_error import ProtocolError
-from mcp_gateway.snapshot import Agent
+from mcp_gateway.catalog.keys import RETRY_AFTER_S
+from mcp_gateway.catalog.snapshot import Agent
 from mcp_gateway.state import GatewayState
+from mcp_gateway.transport.asgi import (
+    BodyTooLarge,
+    Headers,
+    Receive,
+    Scope,
+    Send,
+    read_body,
+    respond,
+)
+from mcp_gateway.transport.auth import authenticate, bearer, checked_origin
+from mcp_gateway.transport.errors import ProtocolError
 from shared.keys import display_prefix
 
 log = structlog.get_logger(__name__)

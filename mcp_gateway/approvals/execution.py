@@ -15,8 +15,8 @@ of one approval sends the same key.
 
 The outcome: ``completed`` with the selected result, or ``failed`` with
 ``{error_code, message, upstream_status, upstream_text}`` (the upstream's
-text masked by shared.masking before it is cut to ``UPSTREAM_TEXT_CHARS``).
-Every outcome is accounted as a tools/call is (mcp_gateway.call_accounting):
+text masked by shared.engine.masking before it is cut to ``UPSTREAM_TEXT_CHARS``).
+Every outcome is accounted as a tools/call is (mcp_gateway.pipeline.accounting):
 a call log row carrying the approval id, and the per-tool metrics. A
 database failure before the upstream call raises ``Deferred``: the row is
 left for its lease to expire, and nothing is accounted.
@@ -39,19 +39,19 @@ from psycopg_pool import AsyncConnectionPool
 
 from mcp_gateway.approvals import leases
 from mcp_gateway.approvals.leases import Claimed
-from mcp_gateway.call_accounting import account_call
-from mcp_gateway.call_log import CallLogWriter
-from mcp_gateway.snapshot import Snapshot
-from shared.compiler import CompiledOperation, compile_operation
+from mcp_gateway.catalog.snapshot import Snapshot
+from mcp_gateway.pipeline.accounting import account_call
+from mcp_gateway.upkeep.call_log import CallLogWriter
 from shared.crypto import SecretBox
 from shared.db import Connection
-from shared.errors import ErrorCode, Language, ToolError
-from shared.masking import MASK, Masker
-from shared.outbound import UpstreamExecutor
-from shared.request_builder import BuiltRequest
+from shared.engine.compiler import CompiledOperation, compile_operation
+from shared.engine.errors import ErrorCode, Language, ToolError
+from shared.engine.masking import MASK, Masker
+from shared.engine.outbound import UpstreamExecutor
+from shared.engine.request_builder import BuiltRequest
+from shared.engine.spec import operation_from_builtins
+from shared.engine.upstream import UpstreamCall
 from shared.secrets import load_secrets
-from shared.spec import operation_from_builtins
-from shared.upstream import UpstreamCall
 
 log = structlog.get_logger(__name__)
 

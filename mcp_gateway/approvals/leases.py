@@ -1,6 +1,6 @@
 """The approval worker's statements: claim, renew, finish, release.
 
-A claim is one statement (STYLE "SQL"): a ``MATERIALIZED`` CTE picks claimable
+A claim is one statement (docs/architecture.md, "SQL patterns"): a ``MATERIALIZED`` CTE picks claimable
 rows ``FOR UPDATE OF a SKIP LOCKED``, so concurrent claimers on any replica
 never wait on each other and never take the same row, and the ``UPDATE``
 moves them in the same breath. Claimable: ``approved``, or ``executing`` with
@@ -16,7 +16,8 @@ lease_owner)``: a worker whose row was re-claimed (attempt + 1, another
 owner) changes nothing, and learns so from the row count.
 
 The ``approvals_transition`` trigger (migrations/0004) skips any UPDATE outside
-DESIGN's edges; every statement here moves along an allowed one.
+the edges of docs/architecture.md, "Approval state machine";
+every statement here moves along an allowed one.
 """
 
 from __future__ import annotations

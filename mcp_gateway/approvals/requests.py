@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 from mcp_gateway.approvals import store
-from mcp_gateway.snapshot import Tool
-from mcp_gateway.tool_context import ToolCallContext
-from shared.canonical import arguments_hash
-from shared.request_builder import BuiltRequest
+from mcp_gateway.catalog.snapshot import Tool
+from mcp_gateway.pipeline.context import ToolCallContext
+from shared.engine.canonical import arguments_hash
+from shared.engine.request_builder import BuiltRequest
 
 _ROUNDS = 5  # an active row can finish between the insert and the look-up; try again
 

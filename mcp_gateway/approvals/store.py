@@ -4,7 +4,8 @@ The rules live in the database (migrations/0004_safety_flows.sql): the
 partial unique index ``approvals_one_active`` allows one active row (pending,
 approved or executing) per agent, operation, version and arguments hash, and
 the ``approvals_transition`` trigger skips any UPDATE that would move a row
-along an edge outside DESIGN's transition table. So every statement here
+along an edge outside the transition table (docs/architecture.md,
+"Approval state machine"). So every statement here
 says what it wants (``WHERE status = 'pending'``) and reads the outcome from
 ``RETURNING``: zero rows means the row was not in the state asked for.
 
@@ -38,7 +39,7 @@ SWEEP_BATCH = 1000
 
 
 class ApprovalRecord(msgspec.Struct, kw_only=True):
-    """What ``GET .../approvals/{id}`` answers (DESIGN "Approvals")."""
+    """What ``GET .../approvals/{id}`` answers (docs/architecture.md, "Approval state machine")."""
 
     id: str
     status: str

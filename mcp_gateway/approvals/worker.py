@@ -1,7 +1,7 @@
 """The approval worker: runs approved calls, once, on any replica.
 
 Every gateway process runs one ``ApprovalWorker`` (mcp_gateway.app). A row
-moves along DESIGN's edges (statements in mcp_gateway.approvals.leases)::
+moves along the edges of docs/architecture.md, "Approval state machine" (statements in mcp_gateway.approvals.leases)::
 
     approved ──claim──▶ executing ──finish──▶ completed | failed
                           │   ▲
@@ -14,7 +14,7 @@ Waking. A claim round runs when the Postgres channel ``crank_approvals``
 ``NOTIFY crank_approvals`` (any payload) once it commits, and a release sends
 it too — and every ``poll_s`` (1 s) as the fallback that works alone (e.g.
 ``CRANK_MCP_LISTEN=false`` behind PgBouncer). The gateway LISTENs on the
-refresher's connection (mcp_gateway.refresher), which calls ``wake`` for
+refresher's connection (mcp_gateway.catalog.refresher), which calls ``wake`` for
 this channel and also after it reconnects. A round claims at most as many
 rows as there are free slots (``CRANK_APPROVAL_WORKERS`` per process).
 
@@ -65,12 +65,12 @@ from psycopg_pool import AsyncConnectionPool
 from mcp_gateway.approvals import leases
 from mcp_gateway.approvals.execution import Deferred, Outcome, Performer, exhausted_payload
 from mcp_gateway.approvals.leases import Claimed
-from mcp_gateway.call_log import CallLogWriter
-from mcp_gateway.snapshot import Snapshot
+from mcp_gateway.catalog.snapshot import Snapshot
+from mcp_gateway.upkeep.call_log import CallLogWriter
 from shared.crypto import SecretBox
 from shared.db import Connection, within
-from shared.errors import Language
-from shared.outbound import UpstreamExecutor
+from shared.engine.errors import Language
+from shared.engine.outbound import UpstreamExecutor
 from shared.periodic import PeriodicTask
 
 log = structlog.get_logger(__name__)

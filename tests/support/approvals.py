@@ -15,10 +15,10 @@ from aiohttp import web
 from psycopg.types.json import Jsonb
 
 from mcp_gateway.approvals import leases
-from shared.canonical import arguments_hash
-from shared.compiler import compile_operation
 from shared.db import Connection, connect
-from shared.spec import operation_from_builtins
+from shared.engine.canonical import arguments_hash
+from shared.engine.compiler import compile_operation
+from shared.engine.spec import operation_from_builtins
 from tests.support.api import Client, auth
 from tests.support.gateway import free_port, serve_upstream
 from tests.support.tool_calls import BASE, ok, publish_agent, publish_operation

@@ -15,7 +15,7 @@ from tests.support.mcp import META, modern
 LEGACY_VERSION = "2025-06-18"
 ERAS = ("legacy", "modern")
 BASE = "/api/v1/workspaces/default"
-# DESIGN "Error codes": recoverable = repeating the same call later may succeed.
+# docs/architecture.md, "Error codes": recoverable = repeating the same call later may succeed.
 RECOVERABLE = frozenset(
     {
         "idempotency_in_progress",
@@ -129,7 +129,7 @@ class Caller:
 
 
 def assert_tool_error(result: dict[str, Any], code: str) -> dict[str, Any]:
-    """The structured error of DESIGN "Error codes": its fields, code and recoverability."""
+    """The structured error of docs/architecture.md, "Error codes": its fields, code and recoverability."""
     assert result["isError"] is True, result
     error: dict[str, Any] = result["structuredContent"]
     assert error["error_code"] == code, error

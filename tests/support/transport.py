@@ -10,15 +10,15 @@ from typing import Any, cast
 
 from psycopg_pool import AsyncConnectionPool
 
-from mcp_gateway import endpoint
 from mcp_gateway.app import MCP_PATH
 from mcp_gateway.approvals import endpoints as approval_endpoints
-from mcp_gateway.asgi import Message
-from mcp_gateway.keys import KeyResolver
-from mcp_gateway.rate_limits import RateLimiter
-from mcp_gateway.sessions import SessionSigner
-from mcp_gateway.snapshot import Agent, Key, Snapshot
+from mcp_gateway.catalog.keys import KeyResolver
+from mcp_gateway.catalog.snapshot import Agent, Key, Snapshot
 from mcp_gateway.state import GatewayState
+from mcp_gateway.transport import endpoint
+from mcp_gateway.transport.asgi import Message
+from mcp_gateway.transport.rate_limits import RateLimiter
+from mcp_gateway.transport.sessions import SessionSigner
 from shared.crypto import KeyHasher
 from shared.db import Connection
 from shared.keys import KeyKind, generate_key
@@ -34,7 +34,7 @@ AGENTS = ((1, "sales", True), (2, "other", True), (3, "draft", False))
 
 @dataclass
 class _Refresher:
-    """What the transport reads of mcp_gateway.refresher.Refresher."""
+    """What the transport reads of mcp_gateway.catalog.refresher.Refresher."""
 
     snapshot: Snapshot
     terminated: set[bytes] = field(default_factory=set)

@@ -11,7 +11,7 @@ import pytest
 from control_plane.lint import Finding
 from control_plane.lint.findings import finding
 from control_plane.services import operations
-from shared.spec import OperationSpec
+from shared.engine.spec import OperationSpec
 from tests.support.api import Client, auth, make_token
 from tests.support.crank_files import APPLY, crank_file, delete_operation, rates_operation, snapshot
 

@@ -3,7 +3,7 @@
 Offline, the demo's real frankfurter operation must fail as a structured
 ``upstream_unavailable``, not crash. That is proven in-process, so that no
 test ever resolves or dials api.frankfurter.dev: the operation as the demo
-seed stores it, compiled by shared.compiler and executed by the gateway's
+seed stores it, compiled by shared.engine.compiler and executed by the gateway's
 UpstreamExecutor whose resolver fails as an offline resolver does, and whose
 socket factory records any address it is asked for and makes no socket.
 
@@ -26,12 +26,12 @@ import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from control_plane.demo import load_demo_file
-from shared.compiler import compile_operation
-from shared.errors import ToolError
-from shared.outbound import UpstreamExecutor
-from shared.spec import operation_from_builtins, spec_to_builtins
-from shared.ssrf import AddressPolicy
-from shared.upstream import UpstreamCall
+from shared.engine.compiler import compile_operation
+from shared.engine.errors import ToolError
+from shared.engine.outbound import UpstreamExecutor
+from shared.engine.spec import operation_from_builtins, spec_to_builtins
+from shared.engine.ssrf import AddressPolicy
+from shared.engine.upstream import UpstreamCall
 from tests.support.gateway import demo_gateway
 from tests.support.tool_calls import ERAS, Caller, assert_tool_error
 

@@ -23,7 +23,7 @@ from control_plane.lint import (
 )
 from control_plane.lint.findings import MAX_TOOLS_ACCEPTED, MAX_TOOLS_ADVISED
 from control_plane.services.apply import check_file
-from shared.spec import AgentSpec, CrankFile, OperationSpec
+from shared.engine.spec import AgentSpec, CrankFile, OperationSpec
 from tests.support.paths import DOCS_DIR
 
 DOCS = DOCS_DIR

@@ -17,10 +17,10 @@ from control_plane.openapi_import import (
 )
 from control_plane.openapi_import.naming import ArgumentNamer, ToolNamer, snake_case
 from control_plane.openapi_import.resolve import SchemaResolver, merge_all_of
-from shared.compiler import compile_operation
-from shared.request_builder import build_request
-from shared.spec import OperationSpec
-from shared.spec_validation import validate_operation
+from shared.engine.compiler import compile_operation
+from shared.engine.request_builder import build_request
+from shared.engine.spec import OperationSpec
+from shared.engine.spec_validation import validate_operation
 
 BASE = "https://api.example.com/v1"
 

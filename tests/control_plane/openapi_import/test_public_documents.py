@@ -14,8 +14,8 @@ from control_plane.openapi_import import (
     import_document,
     parse_document,
 )
-from shared.compiler import compile_operation
-from shared.spec_validation import validate_operation
+from shared.engine.compiler import compile_operation
+from shared.engine.spec_validation import validate_operation
 from tests.support.paths import JS_DIR
 from tests.support.paths import OPENAPI_FIXTURES as FIXTURES
 

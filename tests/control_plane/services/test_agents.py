@@ -11,7 +11,7 @@ from control_plane.errors import ValidationFailed
 from control_plane.services.agents import create_agent
 from control_plane.services.operations import create_operation, discard_draft
 from shared.db import connect
-from shared.spec import AgentSpec, OperationSpec, RequestSpec
+from shared.engine.spec import AgentSpec, OperationSpec, RequestSpec
 from tests.support.db import wait_until_blocked
 
 

@@ -12,7 +12,7 @@ import pytest
 from control_plane.auth import Role, Workspace
 from control_plane.services.apply import apply_file
 from shared.db import connect
-from shared.spec import CrankFile
+from shared.engine.spec import CrankFile
 from tests.support.api import Client, auth, make_token
 from tests.support.crank_files import APPLY, crank_file, delete_operation, rates_operation, snapshot
 

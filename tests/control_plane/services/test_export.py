@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from control_plane.services.export import compact
-from shared.spec import OperationSpec
+from shared.engine.spec import OperationSpec
 from tests.support.api import Client, auth, make_token
 from tests.support.crank_files import SECRETS, SEED
 

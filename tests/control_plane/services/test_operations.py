@@ -22,7 +22,7 @@ from control_plane.services.operations import (
 from control_plane.services.secrets import delete_secret, set_secret
 from shared.crypto import SecretBox
 from shared.db import Connection, connect
-from shared.spec import AuthSpec, OperationSpec, RequestSpec
+from shared.engine.spec import AuthSpec, OperationSpec, RequestSpec
 from tests.support.db import TEST_SECRET_KEY, wait_until_blocked
 
 

@@ -25,7 +25,7 @@ from litestar.testing import AsyncTestClient
 from control_plane.app import create_app
 from control_plane.services.try_it import MAX_BODY_BYTES
 from control_plane.state import AppState
-from shared.outbound import UpstreamExecutor
+from shared.engine.outbound import UpstreamExecutor
 from shared.settings import Settings
 from tests.support.api import Client, auth, make_token
 from tests.support.db import TEST_SECRET_KEY

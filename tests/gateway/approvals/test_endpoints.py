@@ -23,10 +23,10 @@ import httpx
 import pytest
 from aiohttp import web
 
-from shared.canonical import arguments_hash
 from shared.db import connect
+from shared.engine.canonical import arguments_hash
+from shared.engine.masking import MASK
 from shared.keys import display_prefix
-from shared.masking import MASK
 from tests.support.api import Client, auth
 from tests.support.approvals import behind_the_trigger
 from tests.support.gateway import (

@@ -31,7 +31,7 @@ def gateway_env(shop: Shop, **extra: str) -> dict[str, str]:
 
 
 async def owner_pid(database_url: str, approval_id: str) -> int:
-    """The pid in the lease owner (``host-pid-random``, mcp_gateway.replicas)."""
+    """The pid in the lease owner (``host-pid-random``, mcp_gateway.upkeep.replicas)."""
     owner = (await fetch(database_url, approval_id))["lease_owner"]
     return int(owner.rsplit("-", 2)[1])
 

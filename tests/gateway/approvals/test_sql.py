@@ -1,5 +1,5 @@
 """The approvals table's rules, in the database itself (migrations/0004):
-DESIGN's transition table enforced by a trigger (every edge, allowed or not),
+The transition table enforced by a trigger (every edge, allowed or not),
 one active row per call enforced by a unique index, and the data layer of
 mcp_gateway.approvals.store on top of them (expiry, decisions, retention)."""
 
@@ -16,16 +16,16 @@ from psycopg_pool import AsyncConnectionPool
 
 from mcp_gateway.approvals import expiry, store
 from mcp_gateway.approvals.expiry import ExpirySweeper
-from mcp_gateway.retention import prune_once
-from shared.canonical import arguments_hash
+from mcp_gateway.upkeep.retention import prune_once
 from shared.db import Connection, connect, open_pool
+from shared.engine.canonical import arguments_hash
 from shared.settings import Settings
 from tests.support.approvals import behind_the_trigger
 from tests.support.gateway import run_until
 from tests.support.metrics import background_failures
 
 STATUSES = ("pending", "approved", "denied", "expired", "executing", "completed", "failed")
-# DESIGN "Approvals", verbatim.
+# docs/architecture.md, "Approval state machine", verbatim.
 ALLOWED = {
     ("pending", "approved"),
     ("pending", "denied"),

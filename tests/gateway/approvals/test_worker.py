@@ -16,14 +16,14 @@ import pytest
 from mcp_gateway.approvals import leases
 from mcp_gateway.approvals.execution import UPSTREAM_TEXT_CHARS, same_request
 from mcp_gateway.approvals.worker import ApprovalWorker
-from mcp_gateway.call_log import CallLogWriter
-from mcp_gateway.refresher import Refresher
-from mcp_gateway.snapshot import Snapshot, SnapshotOptions, load_snapshot
+from mcp_gateway.catalog.refresher import Refresher
+from mcp_gateway.catalog.snapshot import Snapshot, SnapshotOptions, load_snapshot
+from mcp_gateway.upkeep.call_log import CallLogWriter
 from shared.crypto import SecretBox
 from shared.db import Connection, connect, open_pool
-from shared.outbound import UpstreamExecutor
-from shared.request_builder import BuiltRequest
-from shared.ssrf import AddressPolicy
+from shared.engine.outbound import UpstreamExecutor
+from shared.engine.request_builder import BuiltRequest
+from shared.engine.ssrf import AddressPolicy
 from tests.support.api import Client, auth
 from tests.support.approvals import (
     TOKEN,

@@ -1,4 +1,4 @@
-"""tools/list paging (DESIGN "Tools/list paging") in both eras, with
+"""tools/list paging (docs/architecture.md, "Tools/list paging") in both eras, with
 ``CRANK_MCP_TOOLS_PAGE_SIZE=2`` and five published tools."""
 
 from __future__ import annotations

@@ -31,12 +31,12 @@ from aiohttp import web
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from mcp_gateway.confirmation_tokens import ConfirmationSigner
-from shared.canonical import arguments_hash
+from mcp_gateway.pipeline.confirmation_tokens import ConfirmationSigner
 from shared.db import connect
-from shared.errors import suggested_action
+from shared.engine.canonical import arguments_hash
+from shared.engine.errors import suggested_action
+from shared.engine.request_builder import CONFIRMATION_ARGUMENT, CONFIRMATION_TOKEN_PATTERN
 from shared.migrate import migrate
-from shared.request_builder import CONFIRMATION_ARGUMENT, CONFIRMATION_TOKEN_PATTERN
 from tests.support.api import auth, make_token
 from tests.support.db import TEST_SECRET_KEY, database_url_for, reset_database
 from tests.support.gateway import Gateway, demo_gateway, free_port, run_gateway, wait_until
@@ -469,7 +469,7 @@ async def test_the_call_log_records_each_confirmation_outcome(world: World) -> N
 async def test_delete_with_approval_asks_for_confirmation_first_then_for_approval(
     world: World,
 ) -> None:
-    """DESIGN gate order: validate → confirmation → approval → idempotency."""
+    """The gate order: validate → confirmation → approval → idempotency."""
     args = {"order_id": "approve-me"}
     caller = world.caller()
     token = token_of(await caller.call("legacy", "delete_invoice", args))

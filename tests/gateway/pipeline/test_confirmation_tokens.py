@@ -9,9 +9,13 @@ from typing import Any
 
 import pytest
 
-from mcp_gateway.confirmation_tokens import MAX_TOKEN_LENGTH, ConfirmationSigner, InvalidToken
-from shared.canonical import arguments_hash
-from shared.request_builder import CONFIRMATION_TOKEN_PATTERN
+from mcp_gateway.pipeline.confirmation_tokens import (
+    MAX_TOKEN_LENGTH,
+    ConfirmationSigner,
+    InvalidToken,
+)
+from shared.engine.canonical import arguments_hash
+from shared.engine.request_builder import CONFIRMATION_TOKEN_PATTERN
 
 KEY = "test-secret-key-that-is-long-enough-0123456789"
 DIGEST = arguments_hash({"order_id": "ord_123"})

@@ -43,7 +43,7 @@ from litestar.testing import AsyncTestClient
 from mcp import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
 
-from shared.errors import ERROR_CODES
+from shared.engine.errors import ERROR_CODES
 from tests.support.api import auth, make_token
 from tests.support.db import database_url_for, reset_database
 from tests.support.gateway import Gateway, free_port, run_gateway

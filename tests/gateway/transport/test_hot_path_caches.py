@@ -8,10 +8,10 @@ from typing import Any, cast
 
 import pytest
 
-from mcp_gateway.endpoint import RequestIds
-from mcp_gateway.keys import KeyLookupUnavailable, KeyResolver
-from mcp_gateway.sessions import MalformedSessionId, SessionSigner
-from mcp_gateway.snapshot import Key, Snapshot
+from mcp_gateway.catalog.keys import KeyLookupUnavailable, KeyResolver
+from mcp_gateway.catalog.snapshot import Key, Snapshot
+from mcp_gateway.transport.endpoint import RequestIds
+from mcp_gateway.transport.sessions import MalformedSessionId, SessionSigner
 from shared.crypto import KeyHasher
 from shared.keys import KeyKind, generate_key
 

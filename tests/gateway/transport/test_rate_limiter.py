@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_gateway.rate_limits import OTHER_FACTOR, RateLimiter
+from mcp_gateway.transport.rate_limits import OTHER_FACTOR, RateLimiter
+from shared.engine.spec import RateLimit
 from shared.settings import SettingsError, parse_rate_limit
-from shared.spec import RateLimit
 
 
 class Clock:

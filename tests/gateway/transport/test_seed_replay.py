@@ -25,7 +25,7 @@ import pytest
 from aiohttp import web
 
 from control_plane.demo import load_demo_file
-from shared.spec import spec_to_builtins
+from shared.engine.spec import spec_to_builtins
 from tests.support.api import Client, auth
 from tests.support.gateway import SEED_URL_PATH, free_port, run_gateway, serve_upstream
 from tests.support.mcp import curl_client

@@ -36,7 +36,7 @@ async def served(
 
 
 async def assert_session_ended(gateway: Gateway, key: str, session_id: str, version: str) -> None:
-    """A request inside a session the client ended gets 404 (DESIGN "Sessions")."""
+    """A request inside a session the client ended gets 404 (docs/architecture.md, "Sessions")."""
     async with httpx.AsyncClient(base_url=gateway.url, timeout=10) as http:
         response = await http.post(
             SEED_URL_PATH,

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from mcp_gateway.call_log import CallLogWriter, CallRecord
-from mcp_gateway.metrics import REGISTRY
+from mcp_gateway.upkeep.call_log import CallLogWriter, CallRecord
+from mcp_gateway.upkeep.metrics import REGISTRY
 from shared.db import Connection, connect, open_pool
 from tests.support.gateway import wait_until
 

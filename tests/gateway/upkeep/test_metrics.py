@@ -10,7 +10,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mcp_gateway.metrics import method_class
+from mcp_gateway.upkeep.metrics import method_class
 from tests.support.api import Client
 from tests.support.gateway import run_gateway
 from tests.support.mcp import bearer

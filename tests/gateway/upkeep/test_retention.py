@@ -14,8 +14,8 @@ import pytest
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from mcp_gateway import retention
-from mcp_gateway.retention import prune_once
+from mcp_gateway.upkeep import retention
+from mcp_gateway.upkeep.retention import prune_once
 from shared.db import Connection, connect, open_pool
 from shared.settings import Settings
 from tests.support.gateway import run_until, wait_until

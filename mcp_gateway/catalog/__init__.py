@@ -1,0 +1,1 @@
+"""The published catalog in memory: snapshot, refresher, keys, tools/list pages."""

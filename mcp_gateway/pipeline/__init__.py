@@ -1,0 +1,1 @@
+"""tools/call: validate, the safety gates, the upstream step, the result."""

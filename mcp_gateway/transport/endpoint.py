@@ -1,0 +1,88 @@
+"""The MCP endpoint: authentication, the HTTP method, then the legacy or the modern era.
+
+Order of checks (docs/architecture.md, "Status precedence"): Origin, key,
+published agent and key kind (mcp_gateway.transport.auth) → HTTP method (405) →
+protocol era. A request whose ``MCP-Protocol-Version`` is not a legacy
+revision goes to the modern (2026-07-28, stateless) handler; everything else,
+including no header at all, is the legacy session protocol. Every refusal on
+the way is a ProtocolError, answered here as a JSON-RPC error.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+
+import structlog
+
+from mcp_gateway.state import GatewayState
+from mcp_gateway.transport import legacy, modern
+from mcp_gateway.transport.asgi import Headers, Receive, Scope, Send, respond
+from mcp_gateway.transport.auth import authenticate
+from mcp_gateway.transport.errors import ProtocolError
+from mcp_gateway.transport.exchange import Exchange
+from mcp_gateway.transport.versions import LEGACY_VERSIONS
+from mcp_gateway.upkeep.metrics import latency_histogram, requests_counter
+
+_COUNTER_SPAN = 1 << 32
+_ALLOW = {"Allow": "GET, POST, DELETE"}
+
+
+class RequestIds:
+    """``req_`` + 16 hex digits: a random per-process prefix (8) and a counter (8).
+
+    Cheaper than ``secrets.token_hex`` per request. Ids are not secrets: they
+    only need to be unique across replicas for the call log and error reports.
+    A new prefix is drawn when the counter wraps and in a forked child.
+    """
+
+    def __init__(self) -> None:
+        self._prefix = ""
+        self._next = _COUNTER_SPAN  # draws a prefix on first use
+
+    def new(self) -> str:
+        if self._next >= _COUNTER_SPAN:
+            self._prefix = "req_" + secrets.token_hex(4)
+            self._next = 0
+        value = self._next
+        self._next = value + 1
+        return f"{self._prefix}{value:08x}"
+
+    def reset(self) -> None:
+        self._next = _COUNTER_SPAN
+
+
+_request_ids = RequestIds()
+os.register_at_fork(after_in_child=_request_ids.reset)
+
+
+async def handle(
+    state: GatewayState, scope: Scope, receive: Receive, send: Send, workspace: str, slug: str
+) -> None:
+    """Answer one request to the MCP endpoint of ``workspace``/``slug``."""
+    started = time.perf_counter()
+    headers = Headers(scope)
+    exchange: Exchange | None = None
+    try:
+        agent, key = await authenticate(state, headers, workspace, slug, "agent")
+        exchange = Exchange(state, scope, receive, send, headers, agent, key, _request_ids.new())
+        structlog.contextvars.bind_contextvars(
+            request_id=exchange.request_id, agent=f"{workspace}/{slug}"
+        )
+        version_header = (headers.get("mcp-protocol-version") or "").strip()
+        method = scope["method"]
+        if method not in ("POST", "GET", "DELETE"):
+            raise ProtocolError(405, "method not allowed", code=None, headers=_ALLOW)
+        if version_header and version_header not in LEGACY_VERSIONS:
+            await modern.handle(exchange, method, version_header)
+        else:
+            await legacy.handle(exchange, method, version_header or None)
+    except ProtocolError as problem:
+        label = "-" if exchange is None else exchange.label
+        requests_counter(label, problem.status).inc()
+        await respond(send, problem.status, problem.jsonrpc_body(), headers=problem.headers)
+    finally:
+        if exchange is not None:
+            latency_histogram(exchange.label).observe(time.perf_counter() - started)
+            structlog.contextvars.unbind_contextvars("request_id", "agent")

@@ -1,0 +1,219 @@
+"""The legacy protocol era (2025-03-26, 2025-06-18, 2025-11-25): initialize and sessions.
+
+Sessions are signed ids (mcp_gateway.transport.sessions): any replica checks one without
+the database. A request inside a session without ``MCP-Protocol-Version`` uses
+the session's negotiated version (docs/architecture.md, "Seed curl sequence"); one whose
+header differs gets 400. Batches exist only in 2025-03-26.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import structlog
+
+from mcp_gateway.catalog.listing import BadCursor, server_info, tools_list_response
+from mcp_gateway.pipeline.tool_call import tools_call
+from mcp_gateway.transport.checks import BATCHES_REFUSED, read_request, require_event_stream
+from mcp_gateway.transport.errors import ProtocolError
+from mcp_gateway.transport.exchange import Exchange
+from mcp_gateway.transport.jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    InvalidMessage,
+    Message,
+    encode,
+    error,
+    parse_message,
+    result,
+)
+from mcp_gateway.transport.rate_limits import MethodClass
+from mcp_gateway.transport.sessions import MalformedSessionId, SessionClaims, session_hash
+from mcp_gateway.transport.streams import LIST_CHANGED, serve_stream
+from mcp_gateway.transport.versions import BATCH_VERSION, LEGACY_VERSIONS
+from mcp_gateway.upkeep.metrics import REQUESTS
+from shared.db import within
+
+log = structlog.get_logger(__name__)
+
+_LIST_CHANGED = encode({"jsonrpc": "2.0", "method": LIST_CHANGED})
+
+
+async def handle(exchange: Exchange, method: str, version_header: str | None) -> None:
+    if method == "POST":
+        await _post(exchange, version_header)
+    elif method == "GET":
+        await _listen(exchange, version_header)
+    else:
+        await _delete(exchange, version_header)
+
+
+def _session(exchange: Exchange, version_header: str | None) -> SessionClaims:
+    """The request's session; 400 when missing or malformed, 404 when unknown or ended."""
+    session_id = exchange.headers.get("mcp-session-id")
+    if session_id is None:
+        raise ProtocolError(
+            400,
+            "MCP-Session-Id header is required: call initialize first",
+            code=INVALID_REQUEST,
+        )
+    try:
+        claims = exchange.state.sessions.verify(session_id.strip())
+    except MalformedSessionId as exc:
+        raise ProtocolError(400, str(exc), code=INVALID_REQUEST) from None
+    if (
+        claims is None
+        or claims.key_id != exchange.key.id
+        or claims.agent_id != exchange.agent.id
+        or session_hash(session_id.strip()) in exchange.state.refresher.terminated
+    ):
+        raise ProtocolError(
+            404,
+            "session not found: it ended or expired; initialize again",
+            code=INVALID_REQUEST,
+        )
+    if version_header is not None and version_header != claims.protocol_version:
+        raise ProtocolError(
+            400,
+            f"MCP-Protocol-Version {version_header} differs from the session's "
+            f"{claims.protocol_version}",
+            code=INVALID_REQUEST,
+        )
+    return claims
+
+
+async def _post(exchange: Exchange, version_header: str | None) -> None:
+    message = await read_request(exchange, batches=True)
+    if isinstance(message, list):
+        await _batch(exchange, message, version_header)
+        return
+    exchange.rpc_method = message.method or "response"
+    if message.method == "initialize":
+        exchange.admit("other", message.id)
+        await _initialize(exchange, message)
+        return
+    _session(exchange, version_header)
+    kind: MethodClass = "tools_call" if message.method == "tools/call" else "other"
+    exchange.admit(kind, message.id)
+    if not message.is_request:
+        await exchange.answer(202)
+        return
+    await exchange.reply(await _dispatch(exchange, message))
+
+
+async def _batch(exchange: Exchange, items: list[Any], version_header: str | None) -> None:
+    exchange.rpc_method = "batch"
+    claims = _session(exchange, version_header)
+    if claims.protocol_version != BATCH_VERSION or not items:
+        raise ProtocolError(400, BATCHES_REFUSED, code=INVALID_REQUEST)
+    calls = sum(
+        1 for item in items if isinstance(item, dict) and item.get("method") == "tools/call"
+    )
+    if calls:
+        exchange.admit("tools_call", cost=calls)
+    if len(items) > calls:
+        exchange.admit("other", cost=len(items) - calls)
+    answers: list[bytes] = []
+    for item in items:
+        try:
+            message = parse_message(item)
+        except InvalidMessage as exc:
+            answers.append(encode(error(exc.request_id, INVALID_REQUEST, str(exc))))
+            continue
+        if message.method == "initialize":
+            answers.append(
+                encode(error(message.id, INVALID_REQUEST, "initialize cannot be batched"))
+            )
+        elif message.is_request:
+            answers.append(await _dispatch(exchange, message))
+    if not answers:
+        await exchange.answer(202)
+        return
+    await exchange.reply(b"[" + b",".join(answers) + b"]")
+
+
+async def _initialize(exchange: Exchange, message: Message) -> None:
+    if not message.is_request:
+        raise ProtocolError(400, "initialize must be a request with an id", code=INVALID_REQUEST)
+    requested = message.params.get("protocolVersion")
+    negotiated = requested if requested in LEGACY_VERSIONS else LEGACY_VERSIONS[-1]
+    answer: dict[str, Any] = {
+        "protocolVersion": negotiated,
+        "capabilities": {"tools": {"listChanged": True}},
+        "serverInfo": server_info(exchange.agent),
+    }
+    if exchange.agent.description:
+        answer["instructions"] = exchange.agent.description
+    session_id = exchange.state.sessions.issue(exchange.key.id, exchange.agent.id, negotiated)
+    log.info("session_opened", protocol_version=negotiated)
+    await exchange.reply(encode(result(message.id, answer)), {"MCP-Session-Id": session_id})
+
+
+async def _dispatch(exchange: Exchange, message: Message) -> bytes:
+    """The JSON-RPC response to one request (errors inside HTTP 200)."""
+    method = message.method
+    if method == "ping":
+        return encode(result(message.id, {}))
+    if method == "tools/list":
+        try:
+            return tools_list_response(message.id, exchange.agent, message.params.get("cursor"))
+        except BadCursor as exc:
+            return encode(error(message.id, INVALID_PARAMS, str(exc)))
+    if method == "tools/call":
+        return await tools_call(exchange, message, modern=False)
+    return encode(error(message.id, METHOD_NOT_FOUND, f"Method not found: {method}"))
+
+
+async def _listen(exchange: Exchange, version_header: str | None) -> None:
+    """GET: a server-to-client stream carrying notifications/tools/list_changed."""
+    exchange.rpc_method = "GET"
+    require_event_stream(exchange.headers, "GET")
+    _session(exchange, version_header)
+    exchange.admit("other")
+    digest = session_hash((exchange.headers.get("mcp-session-id") or "").strip())
+    terminated = exchange.state.refresher.terminated
+    REQUESTS.labels("GET", "200").inc()
+    await serve_stream(
+        exchange.state.streams,
+        exchange.agent.id,
+        exchange.receive,
+        exchange.send,
+        first=None,
+        render=lambda event: _LIST_CHANGED if event == LIST_CHANGED else None,
+        ended=lambda: digest in terminated,
+    )
+
+
+async def _delete(exchange: Exchange, version_header: str | None) -> None:
+    """End the session on every replica: the termination list row plus a NOTIFY."""
+    exchange.rpc_method = "DELETE"
+    claims = _session(exchange, version_header)
+    exchange.admit("other")
+    digest = session_hash((exchange.headers.get("mcp-session-id") or "").strip())
+    expires = exchange.state.sessions.expires_at(claims)
+
+    async def record() -> None:
+        async with exchange.state.pool.connection(timeout=5) as conn:
+            await conn.execute(
+                """INSERT INTO mcp_session_terminations (session_hash, expires_at)
+                   VALUES (%s, %s) ON CONFLICT (session_hash) DO NOTHING""",
+                (digest, datetime.fromtimestamp(expires, UTC)),
+            )
+            await conn.execute("SELECT pg_notify('crank_sessions', '')")
+
+    recorded = exchange.state.refresher.database_reachable  # fail fast during an outage
+    try:
+        if recorded:
+            await within(5, record())  # a hard bound, even if the server stopped answering
+    except (psycopg.Error, TimeoutError):
+        log.warning("session_delete_failed", exc_info=True)
+        recorded = False
+    if not recorded:
+        raise ProtocolError(503, "cannot end the session now; retry", code=INTERNAL_ERROR)
+    exchange.state.refresher.note_termination(digest, expires)
+    log.info("session_ended")
+    await exchange.answer(204)

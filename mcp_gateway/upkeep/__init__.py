@@ -1,0 +1,1 @@
+"""What runs beside the requests: call log, metrics, retention, replica heartbeat."""

@@ -1,0 +1,119 @@
+"""Prometheus metrics, served on their own port (``CRANK_METRICS_PORT``), never
+beside the public endpoint. The registry is the process's one (shared.metrics),
+so what shared code counts, such as background loop failures, is served too."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from shared.metrics import REGISTRY as REGISTRY
+
+REQUESTS = Counter(
+    "crank_mcp_requests_total",
+    "MCP requests by JSON-RPC method and HTTP status.",
+    ["method", "status"],
+    registry=REGISTRY,
+)
+LATENCY = Histogram(
+    "crank_mcp_request_seconds",
+    "Time to answer an MCP request, by JSON-RPC method.",
+    ["method"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    registry=REGISTRY,
+)
+SNAPSHOT_VERSION = Gauge(
+    "crank_snapshot_version", "Catalog version of the snapshot in memory.", registry=REGISTRY
+)
+SNAPSHOT_AGE = Gauge(
+    "crank_snapshot_age_seconds",
+    "Seconds since the snapshot was last confirmed current with the database.",
+    registry=REGISTRY,
+)
+OPEN_STREAMS = Gauge("crank_mcp_open_streams", "Open SSE streams.", registry=REGISTRY)
+
+# Per tool. Label values stay bounded: agents and tools are admin-defined
+# catalog entries, and outcome is "ok" or a code of the closed list in shared.engine.errors.
+TOOL_CALLS = Counter(
+    "crank_tool_calls_total",
+    "tools/call of a known tool, by agent (workspace/agent), tool and outcome.",
+    ["agent", "tool", "outcome"],
+    registry=REGISTRY,
+)
+UPSTREAM_LATENCY = Histogram(
+    "crank_upstream_request_seconds",
+    "Time a tools/call spent on its upstream, retries included.",
+    ["agent", "tool"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+    registry=REGISTRY,
+)
+RATE_LIMITED = Counter(
+    "crank_rate_limited_total",
+    "Requests refused with 429, by agent and method class (tools_call or other).",
+    ["agent", "method_class"],
+    registry=REGISTRY,
+)
+CALL_LOG_DROPPED = Counter(
+    "crank_call_log_dropped_total",
+    "Call log rows dropped because the buffer was full or the database refused a batch.",
+    registry=REGISTRY,
+)
+
+
+def agent_label(workspace: str, agent: str) -> str:
+    """The ``agent`` label of the per-tool metrics: ``workspace/agent``."""
+    return f"{workspace}/{agent}"
+
+
+def method_class(rpc_method: str) -> str:
+    """The ``method_class`` label of ``crank_rate_limited_total``."""
+    return "tools_call" if rpc_method == "tools/call" else "other"
+
+
+# ``labels()`` costs about a microsecond per call on the hot path; the children
+# are cached here (no more of them than the registry itself keeps).
+@functools.cache
+def _tool_calls(agent: str, tool: str, outcome: str) -> Counter:
+    return TOOL_CALLS.labels(agent, tool, outcome)
+
+
+@functools.cache
+def _upstream_latency(agent: str, tool: str) -> Histogram:
+    return UPSTREAM_LATENCY.labels(agent, tool)
+
+
+# Bounded too: ``method`` is one of call._LABELLED or "other", statuses are the
+# endpoint's own.
+@functools.cache
+def requests_counter(method: str, status: int) -> Counter:
+    return REQUESTS.labels(method, str(status))
+
+
+@functools.cache
+def latency_histogram(method: str) -> Histogram:
+    return LATENCY.labels(method)
+
+
+def observe_tool_call(agent: str, tool: str, outcome: str, upstream_s: float | None) -> None:
+    _tool_calls(agent, tool, outcome).inc()
+    if upstream_s is not None:
+        _upstream_latency(agent, tool).observe(upstream_s)
+
+
+async def start_metrics_server(host: str, port: int, age: Callable[[], float]) -> web.AppRunner:
+    async def metrics(_: web.Request) -> web.Response:
+        SNAPSHOT_AGE.set(age())
+        return web.Response(
+            body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

@@ -1,0 +1,1 @@
+"""The operation engine: spec, compiler, request builder, upstream call, selector, errors."""

@@ -1,0 +1,233 @@
+"""The operation compiler: one published ``OperationSpec`` → a ``CompiledOperation``.
+
+One code path for the gateway's tools/call, its approval worker and the
+control plane's try-it::
+
+    arguments ──validate──▶ cleaned arguments ──build(secrets)──▶ BuiltRequest
+                                            (shared.engine.request_builder)
+    BuiltRequest ──call──▶ Selected | ToolError
+        send (shared.engine.outbound: SSRF guard, timeout, safe retries), then
+        select from the answer (shared.engine.response_selector); every failure is a
+        ToolError (shared.engine.upstream), every text masked (shared.engine.masking)
+
+Everything that can be compiled is compiled once, in ``compile_operation``:
+the input schema's validator (JSON Schema 2020-12 with format checking and a
+``referencing`` registry that cannot retrieve anything, so a ``$ref`` never
+leaves the document), the JMESPath mappings, the URL template and the
+response selection.
+
+Argument validation: the input schema (a flat schema first through the
+quick accept of ``shared.engine.schema_fast_path``; jsonschema judges and words
+everything it does not accept), plus ``_crank_confirmation_token``
+(a ``ct_...`` string) when the operation requires confirmation. Up to
+``MAX_REPORTED_ERRORS`` failures are reported in one ``invalid_arguments``
+error, each as ``$.json.path: explanation`` so the model can correct itself.
+``validate`` returns the arguments without the token; read the token with
+``confirmation_token`` before.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+from referencing import Registry
+from referencing.exceptions import Unresolvable
+
+from shared.engine.errors import Language, ToolError, invalid_arguments
+from shared.engine.masking import NO_SECRETS, Masker
+from shared.engine.outbound import OutboundError, UpstreamExecutor, UpstreamRequest
+from shared.engine.request_builder import (
+    CONFIRMATION_ARGUMENT,
+    CONFIRMATION_TOKEN_PATTERN,
+    BuiltRequest,
+    RequestBuilder,
+)
+from shared.engine.response_selector import Headers, ResponseSelector, Selected
+from shared.engine.schema_fast_path import compile_fast_check
+from shared.engine.spec import OperationSpec
+from shared.engine.upstream import UpstreamCall, upstream_failure
+
+MAX_REPORTED_ERRORS = 5
+_MAX_EXPLANATION = 160
+_CONFIRMATION_PROPERTY = {"type": "string", "pattern": CONFIRMATION_TOKEN_PATTERN}
+
+
+def _explanation(error: ValidationError) -> str:
+    """jsonschema's message, with the offending value left out when it is long."""
+    text = error.message
+    if len(text) > _MAX_EXPLANATION:
+        text = text[: _MAX_EXPLANATION - 1] + "…"
+    return text
+
+
+def _sort_key(error: ValidationError) -> tuple[str, str]:
+    return (error.json_path, str(error.validator))
+
+
+def _child(path: str, name: str) -> str:
+    return (
+        f"{path}.{name}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else f"{path}[{name!r}]"
+    )
+
+
+def _problems(error: ValidationError) -> list[tuple[str, str, str]]:
+    """(field, rule, explanation); a missing or unexpected property is named as the field."""
+    rule = str(error.validator)
+    instance = error.instance
+    if rule == "required" and isinstance(instance, dict):
+        names = error.validator_value if isinstance(error.validator_value, list) else []
+        missing = [p for p in names if isinstance(p, str) and p not in instance]
+        return [(_child(error.json_path, p), rule, "is required") for p in missing]
+    if rule == "additionalProperties" and isinstance(instance, dict):
+        declared = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
+        patterns = (
+            error.schema.get("patternProperties", {}) if isinstance(error.schema, dict) else {}
+        )
+        extras = [
+            k for k in instance if k not in declared and not any(re.search(p, k) for p in patterns)
+        ]
+        if extras:
+            return [
+                (_child(error.json_path, k), rule, "is not an allowed argument") for k in extras
+            ]
+    return [(error.json_path, rule, _explanation(error))]
+
+
+def confirmation_token(arguments: Mapping[str, Any] | None) -> str | None:
+    value = (arguments or {}).get(CONFIRMATION_ARGUMENT)
+    return value if isinstance(value, str) else None
+
+
+class ArgumentValidator:
+    def __init__(
+        self, schema: Mapping[str, Any], *, confirmation: bool, language: Language = "en"
+    ) -> None:
+        schema = dict(schema)
+        if confirmation:
+            properties = dict(schema.get("properties") or {})
+            properties[CONFIRMATION_ARGUMENT] = _CONFIRMATION_PROPERTY
+            schema["properties"] = properties
+        self._validator = Draft202012Validator(
+            schema,
+            registry=Registry(),  # no retrieve function: nothing is ever fetched
+            format_checker=Draft202012Validator.FORMAT_CHECKER,
+        )
+        self._language: Language = language
+        self._fast_check = compile_fast_check(schema)
+
+    def validate(self, arguments: Any) -> dict[str, Any]:
+        """The arguments without the confirmation token, or ``invalid_arguments``."""
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise invalid_arguments(
+                [("$", "type", "arguments must be a JSON object")], language=self._language
+            )
+        if self._fast_check is not None and self._fast_check(arguments):
+            return {k: v for k, v in arguments.items() if k != CONFIRMATION_ARGUMENT}
+        try:
+            errors = sorted(self._validator.iter_errors(arguments), key=_sort_key)
+        except Unresolvable as exc:  # write-time checks refuse such refs; never fetched
+            raise ToolError.of(
+                "internal_error", language=self._language, details={"schema": str(exc)}
+            ) from None
+        if errors:
+            problems: list[tuple[str, str, str]] = []
+            for error in errors:
+                for problem in _problems(error):
+                    if problem not in problems:
+                        problems.append(problem)
+            raise invalid_arguments(problems[:MAX_REPORTED_ERRORS], language=self._language)
+        return {k: v for k, v in arguments.items() if k != CONFIRMATION_ARGUMENT}
+
+
+class CompiledOperation:
+    """The compiled parts of one published operation version."""
+
+    def __init__(self, spec: OperationSpec, *, language: Language = "en") -> None:
+        self.spec = spec
+        self._language: Language = language
+        self.confirmation_required = spec.confirmation_required()
+        self._arguments = ArgumentValidator(
+            spec.input, confirmation=self.confirmation_required, language=language
+        )
+        self._builder = RequestBuilder(spec, language=language)
+        self._selector = ResponseSelector(
+            select=spec.response.select,
+            max_items=spec.response.max_items,
+            max_bytes=spec.response.max_bytes,
+            language=language,
+        )
+
+    def validate(self, arguments: Any) -> dict[str, Any]:
+        return self._arguments.validate(arguments)
+
+    def build(
+        self, arguments: Mapping[str, Any], secrets: Mapping[str, str] | None = None
+    ) -> BuiltRequest:
+        """``arguments`` as ``validate`` returned them."""
+        return self._builder.build(arguments, secrets)
+
+    def upstream_request(self, built: BuiltRequest) -> UpstreamRequest:
+        """``built`` with the operation's timeout, retries and idempotency header."""
+        execution = self.spec.execution_config
+        idempotency = execution.idempotency
+        return UpstreamRequest(
+            method=built.method,
+            url=built.url,
+            headers=built.headers,
+            body=built.body,
+            timeout_ms=execution.timeout_ms,
+            retries=execution.retries,
+            idempotency_header=idempotency.header if idempotency else None,
+        )
+
+    def select(
+        self, status: int, headers: Headers, body: bytes, *, masker: Masker = NO_SECRETS
+    ) -> Selected:
+        """Raises ``ToolError`` for a non-success status or an unusable body."""
+        return self._selector.select(status, headers, body, masker=masker)
+
+    async def call(
+        self, executor: UpstreamExecutor, built: BuiltRequest, upstream: UpstreamCall | None = None
+    ) -> Selected:
+        """The upstream step: send ``built``, select from the answer. Raises only
+        ``ToolError`` (details: upstream_status, attempts, the masked upstream text or
+        reason); ``upstream`` records the measurements either way."""
+        upstream = UpstreamCall() if upstream is None else upstream
+        masker = built.masker
+        started = time.perf_counter()
+        try:
+            response = await executor.execute(self.upstream_request(built))
+        except OutboundError as exc:
+            upstream.attempts = exc.attempts
+            upstream.elapsed_ms = (time.perf_counter() - started) * 1000
+            raise upstream_failure(exc, language=self._language, masker=masker) from exc
+        upstream.response = response
+        upstream.attempts = response.attempts
+        upstream.elapsed_ms = response.elapsed_ms
+        try:
+            return self.select(response.status, response.headers, response.body, masker=masker)
+        except ToolError as exc:
+            exc.details["attempts"] = response.attempts
+            raise
+
+
+def compile_operation(spec: OperationSpec, *, language: Language = "en") -> CompiledOperation:
+    """Compile a spec that passed ``shared.engine.spec_validation.validate_operation``."""
+    return CompiledOperation(spec, language=language)
+
+
+__all__ = [
+    "CONFIRMATION_ARGUMENT",
+    "ArgumentValidator",
+    "CompiledOperation",
+    "ToolError",
+    "compile_operation",
+    "confirmation_token",
+]

@@ -1,0 +1,383 @@
+# ruff: noqa: RUF001 - the Russian messages are Cyrillic on purpose
+"""Structured tool errors: the closed list of ``error_code`` values, in one place.
+
+Every runtime failure of a tools/call reaches the model as a tool error
+(``isError: true``) whose structured content is ``ToolError.to_structured()``::
+
+    {error_code, message, recoverable, suggested_action, request_id[, retry_after_s]}
+
+``recoverable`` means "repeating the same call later may succeed" (docs/architecture.md,
+"Error codes"); ``retry_after_s`` accompanies recoverable errors only.
+Messages and suggested actions exist in English and Russian
+(``CRANK_LANGUAGE=en|ru``). Details for logs and approval records (the failed
+fields and rules, the upstream status, a short masked upstream excerpt) live
+in ``ToolError.details`` and never in the message.
+
+    error_code                    recoverable  when
+    ----------------------------  -----------  ---------------------------------------
+    invalid_arguments             no           arguments fail the input schema or a
+                                               path value is "", "." or ".."
+    confirmation_required         no           DELETE first call; token in the message
+    confirmation_invalid          no           token unknown, used, expired or bound
+                                               to other arguments
+    idempotency_conflict          no           same key, other arguments
+    idempotency_in_progress       yes          same key, first call still running
+    upstream_rate_limited         yes          HTTP 429 (retry_after_s from Retry-After)
+    upstream_timeout              yes          no answer within timeout_ms; HTTP 408
+    upstream_unavailable          yes          connect errors, HTTP 502, 503, 504
+    upstream_error                yes          any other HTTP 5xx
+    upstream_bad_request          no           HTTP 400, 422 and any other 4xx
+    upstream_auth_failed          no           HTTP 401, 403
+    upstream_not_found            no           HTTP 404, 410
+    upstream_conflict             no           HTTP 409
+    upstream_response_invalid     no           unreadable success answer (not JSON
+                                               where a selection needs JSON; 3xx)
+    upstream_response_too_large   no           raw body over the limit, or the
+                                               selected output over max_bytes even
+                                               with every array emptied
+    upstream_blocked              no           SSRF guard refused the address
+    secret_missing                no           a referenced workspace secret is
+                                               absent or unusable in a header
+    approval_denied               no           a human denied the approval
+    approval_expired              no           the approval was not decided in time
+    internal_error                yes          a bug or an unexpected failure in Crank
+
+The suggested actions are in ``_TABLE`` below, next to the messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Self, get_args
+
+Language = Literal["en", "ru"]
+ErrorCode = Literal[
+    "invalid_arguments",
+    "confirmation_required",
+    "confirmation_invalid",
+    "idempotency_conflict",
+    "idempotency_in_progress",
+    "upstream_rate_limited",
+    "upstream_timeout",
+    "upstream_unavailable",
+    "upstream_error",
+    "upstream_bad_request",
+    "upstream_auth_failed",
+    "upstream_not_found",
+    "upstream_conflict",
+    "upstream_response_invalid",
+    "upstream_response_too_large",
+    "upstream_blocked",
+    "secret_missing",
+    "approval_denied",
+    "approval_expired",
+    "internal_error",
+]
+ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    recoverable: bool
+    message: Mapping[Language, str]  # str.format templates
+    action: Mapping[Language, str]
+
+
+_TABLE: Mapping[ErrorCode, _Entry] = {
+    "invalid_arguments": _Entry(
+        False,
+        {"en": "Invalid arguments: {problems}", "ru": "Неверные аргументы: {problems}"},
+        {
+            "en": "Fix the arguments named in the message and call again.",
+            "ru": "Исправьте аргументы, названные в сообщении, и повторите вызов.",
+        },
+    ),
+    "confirmation_required": _Entry(
+        False,
+        {
+            "en": 'The operation requires confirmation. Repeat the call with _crank_confirmation_token="{token}".',
+            "ru": 'Операция требует подтверждения. Повторите вызов с _crank_confirmation_token="{token}".',
+        },
+        {
+            "en": "Confirm with the user, then repeat the same call with the same arguments plus the token.",
+            "ru": "Уточните у пользователя и повторите тот же вызов с теми же аргументами и токеном.",
+        },
+    ),
+    "confirmation_invalid": _Entry(
+        False,
+        {
+            "en": "The confirmation token is invalid, expired, already used or bound to other arguments.",
+            "ru": "Токен подтверждения недействителен, истёк, уже использован или выдан для других аргументов.",
+        },
+        {
+            "en": "Call again without _crank_confirmation_token to get a new token.",
+            "ru": "Повторите вызов без _crank_confirmation_token, чтобы получить новый токен.",
+        },
+    ),
+    "idempotency_conflict": _Entry(
+        False,
+        {
+            "en": "This idempotency key was already used with other arguments.",
+            "ru": "Этот ключ идемпотентности уже использован с другими аргументами.",
+        },
+        {
+            "en": "Use a new idempotency key for a different request.",
+            "ru": "Используйте новый ключ идемпотентности для другого запроса.",
+        },
+    ),
+    "idempotency_in_progress": _Entry(
+        True,
+        {
+            "en": "A call with this idempotency key is still in progress.",
+            "ru": "Вызов с этим ключом идемпотентности ещё выполняется.",
+        },
+        {
+            "en": "Wait a little and repeat the same call.",
+            "ru": "Подождите немного и повторите тот же вызов.",
+        },
+    ),
+    "upstream_rate_limited": _Entry(
+        True,
+        {
+            "en": "The external API returned HTTP {status}.",
+            "ru": "Внешний API вернул HTTP {status}.",
+        },
+        {"en": "Retry the request later.", "ru": "Повторите запрос позже."},
+    ),
+    "upstream_timeout": _Entry(
+        True,
+        {
+            "en": "The external API did not answer in time.",
+            "ru": "Внешний API не ответил вовремя.",
+        },
+        {"en": "Retry the request later.", "ru": "Повторите запрос позже."},
+    ),
+    "upstream_unavailable": _Entry(
+        True,
+        {"en": "The external API is unavailable.", "ru": "Внешний API недоступен."},
+        {"en": "Retry the request later.", "ru": "Повторите запрос позже."},
+    ),
+    "upstream_error": _Entry(
+        True,
+        {
+            "en": "The external API returned HTTP {status}.",
+            "ru": "Внешний API вернул HTTP {status}.",
+        },
+        {"en": "Retry the request later.", "ru": "Повторите запрос позже."},
+    ),
+    "upstream_bad_request": _Entry(
+        False,
+        {
+            "en": "The external API rejected the request with HTTP {status}.",
+            "ru": "Внешний API отклонил запрос с HTTP {status}.",
+        },
+        {
+            "en": "Check the argument values; the same call will fail again.",
+            "ru": "Проверьте значения аргументов; тот же вызов снова завершится ошибкой.",
+        },
+    ),
+    "upstream_auth_failed": _Entry(
+        False,
+        {
+            "en": "The external API refused Crank's credentials with HTTP {status}.",
+            "ru": "Внешний API отклонил учётные данные Crank с HTTP {status}.",
+        },
+        {
+            "en": "Tell the user that the administrator must fix the credentials.",
+            "ru": "Сообщите пользователю, что администратор должен исправить учётные данные.",
+        },
+    ),
+    "upstream_not_found": _Entry(
+        False,
+        {
+            "en": "The external API found nothing (HTTP {status}).",
+            "ru": "Внешний API ничего не нашёл (HTTP {status}).",
+        },
+        {
+            "en": "Check the identifiers in the arguments.",
+            "ru": "Проверьте идентификаторы в аргументах.",
+        },
+    ),
+    "upstream_conflict": _Entry(
+        False,
+        {
+            "en": "The external API reported a conflict (HTTP {status}).",
+            "ru": "Внешний API сообщил о конфликте (HTTP {status}).",
+        },
+        {
+            "en": "Read the current state of the resource before trying again.",
+            "ru": "Получите текущее состояние ресурса, прежде чем пробовать снова.",
+        },
+    ),
+    "upstream_response_invalid": _Entry(
+        False,
+        {
+            "en": "The external API answered with a response Crank cannot read.",
+            "ru": "Внешний API вернул ответ, который Crank не может прочитать.",
+        },
+        {
+            "en": "Tell the user that the tool is misconfigured or the API changed.",
+            "ru": "Сообщите пользователю, что инструмент настроен неверно или API изменился.",
+        },
+    ),
+    "upstream_response_too_large": _Entry(
+        False,
+        {
+            "en": "The response of the external API is too large.",
+            "ru": "Ответ внешнего API слишком большой.",
+        },
+        {
+            "en": "Narrow the request (filters, a smaller page).",
+            "ru": "Сузьте запрос (фильтры, страница поменьше).",
+        },
+    ),
+    "upstream_blocked": _Entry(
+        False,
+        {
+            "en": "The address of the external API is not allowed.",
+            "ru": "Адрес внешнего API запрещён.",
+        },
+        {
+            "en": "Tell the user that the administrator must allow this upstream.",
+            "ru": "Сообщите пользователю, что администратор должен разрешить этот адрес.",
+        },
+    ),
+    "secret_missing": _Entry(
+        False,
+        {
+            "en": "A credential this tool needs is not configured.",
+            "ru": "Не настроены учётные данные, нужные этому инструменту.",
+        },
+        {
+            "en": "Tell the user that the administrator must set the secret.",
+            "ru": "Сообщите пользователю, что администратор должен задать секрет.",
+        },
+    ),
+    "approval_denied": _Entry(
+        False,
+        {"en": "A human denied this call.", "ru": "Человек отклонил этот вызов."},
+        {
+            "en": "Do not repeat the call; ask the user how to proceed.",
+            "ru": "Не повторяйте вызов; спросите пользователя, как быть дальше.",
+        },
+    ),
+    "approval_expired": _Entry(
+        False,
+        {
+            "en": "Nobody approved this call in time.",
+            "ru": "Никто не подтвердил этот вызов вовремя.",
+        },
+        {
+            "en": "Ask the user whether to request approval again.",
+            "ru": "Спросите пользователя, запрашивать ли подтверждение снова.",
+        },
+    ),
+    "internal_error": _Entry(
+        True,
+        {"en": "Crank failed to complete the call.", "ru": "Crank не смог выполнить вызов."},
+        {"en": "Retry the request later.", "ru": "Повторите запрос позже."},
+    ),
+}
+
+
+def is_recoverable(code: ErrorCode) -> bool:
+    return _TABLE[code].recoverable
+
+
+def suggested_action(code: ErrorCode, language: Language = "en") -> str:
+    return _TABLE[code].action[language]
+
+
+class ToolError(Exception):
+    """A failure the model can act on; becomes ``isError: true`` with ``to_structured()``.
+
+    Build it with ``ToolError.of(code, ...)``, which fills the message and the
+    suggested action from the table in the language asked for. ``request_id``
+    is usually set by the gateway once the error reaches it.
+    """
+
+    def __init__(
+        self,
+        error_code: ErrorCode,
+        message: str,
+        *,
+        suggested_action: str,
+        request_id: str = "",
+        retry_after_s: int | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        if error_code not in _TABLE:
+            raise ValueError(f"unknown error code {error_code!r}")
+        self.error_code: ErrorCode = error_code
+        self.message = message
+        self.recoverable = _TABLE[error_code].recoverable
+        self.suggested_action = suggested_action
+        self.request_id = request_id
+        # Only a recoverable error says when to retry.
+        self.retry_after_s = retry_after_s if self.recoverable else None
+        self.details: dict[str, Any] = dict(details or {})
+
+    @classmethod
+    def of(
+        cls,
+        error_code: ErrorCode,
+        *,
+        language: Language = "en",
+        request_id: str = "",
+        retry_after_s: int | None = None,
+        details: Mapping[str, Any] | None = None,
+        **params: Any,
+    ) -> Self:
+        entry = _TABLE[error_code]
+        return cls(
+            error_code,
+            entry.message[language].format(**params),
+            suggested_action=entry.action[language],
+            request_id=request_id,
+            retry_after_s=retry_after_s,
+            details=details,
+        )
+
+    def to_structured(self) -> dict[str, Any]:
+        value: dict[str, Any] = {
+            "error_code": self.error_code,
+            "message": self.message,
+            "recoverable": self.recoverable,
+            "suggested_action": self.suggested_action,
+            "request_id": self.request_id,
+        }
+        if self.retry_after_s is not None:
+            value["retry_after_s"] = self.retry_after_s
+        return value
+
+    def __repr__(self) -> str:
+        return f"ToolError({self.error_code!r}, {self.message!r})"
+
+
+def invalid_arguments(
+    problems: Sequence[tuple[str, str, str]], *, language: Language = "en"
+) -> ToolError:
+    """``problems``: (field as a JSON path, failed rule, short explanation)."""
+    text = "; ".join(f"{field}: {explanation}" for field, _, explanation in problems)
+    return ToolError.of(
+        "invalid_arguments",
+        language=language,
+        problems=text,
+        details={"errors": [{"field": f, "rule": r} for f, r, _ in problems]},
+    )
+
+
+def confirmation_required(token: str, *, language: Language = "en") -> ToolError:
+    return ToolError.of(
+        "confirmation_required",
+        language=language,
+        token=token,
+        details={"confirmation_token": token},
+    )
+
+
+def secret_missing(name: str, *, language: Language = "en") -> ToolError:
+    """The secret's name goes to details (for the admin's logs), not to the model."""
+    return ToolError.of("secret_missing", language=language, details={"secret": name})

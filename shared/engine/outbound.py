@@ -1,0 +1,432 @@
+"""The upstream HTTP executor: one guarded aiohttp session per process.
+
+Used by the upstream step (``CompiledOperation.call``) of the gateway's
+tools/call, its approval worker and the control plane's try-it. Exceptions,
+each named after its error code (``code``; shared.engine.upstream turns them into
+tool errors, in one place) and saying whether the request can have reached
+the upstream (``delivery``, which the idempotency memory needs)::
+
+    OutboundError                   code                                delivery
+    ├── UpstreamTimeout             upstream_timeout (recoverable)      unknown
+    ├── UpstreamUnavailable         upstream_unavailable (recoverable): not_sent if the only
+    │                               connect errors                      attempt was refused
+    ├── UpstreamBlocked             upstream_blocked: SSRF guard, bad   not_sent on the
+    │                               redirect scheme                     first attempt
+    ├── UpstreamResponseTooLarge    upstream_response_too_large: raw    answered
+    │                               body limit
+    └── UpstreamResponseInvalid     upstream_response_invalid:          answered
+                                    unparsable HTTP, redirect loop
+
+(``delivery`` is ``unknown`` wherever the table does not say otherwise.)
+
+An HTTP answer of any status (also 429 and 5xx once retries are exhausted) is
+returned as an ``UpstreamResponse``; turning statuses into codes is the caller's.
+
+Decisions: see ``_redirect`` (redirect rules) and ``retry_safe`` / ``execute``
+(retry rules); the guard is ``GuardedConnector``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import functools
+import ipaddress
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from yarl import URL
+
+from shared.engine.errors import ErrorCode
+from shared.engine.ssrf import AddressPolicy
+
+if TYPE_CHECKING:
+    from aiohttp.connector import SocketFactoryType
+    from aiohttp.tracing import Trace
+
+__all__ = [
+    "Delivery",
+    "ExecutorConfig",
+    "GuardedConnector",
+    "OutboundError",
+    "UpstreamBlocked",
+    "UpstreamExecutor",
+    "UpstreamRequest",
+    "UpstreamResponse",
+    "UpstreamResponseInvalid",
+    "UpstreamResponseTooLarge",
+    "UpstreamTimeout",
+    "UpstreamUnavailable",
+    "parse_retry_after",
+    "retry_safe",
+]
+
+
+# Whether a failed request can have reached the upstream: never sent, answered
+# (unusably), or unknown (it may be running there now).
+Delivery = Literal["not_sent", "answered", "unknown"]
+
+
+class OutboundError(Exception):
+    """The upstream call failed before an HTTP answer could be returned."""
+
+    code: ClassVar[ErrorCode] = "internal_error"
+
+    def __init__(self, message: str, *, attempts: int = 1) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+
+    @property
+    def delivery(self) -> Delivery:
+        return "unknown"
+
+
+class UpstreamTimeout(OutboundError):
+    code = "upstream_timeout"
+
+
+class UpstreamUnavailable(OutboundError):
+    code = "upstream_unavailable"
+
+    @property
+    def delivery(self) -> Delivery:
+        # Only a refused connect on the only attempt proves nothing was sent.
+        refused = isinstance(self.__cause__, aiohttp.ClientConnectorError)
+        return "not_sent" if self.attempts == 1 and refused else "unknown"
+
+
+class UpstreamBlocked(OutboundError):
+    code = "upstream_blocked"
+
+    @property
+    def delivery(self) -> Delivery:
+        return "not_sent" if self.attempts == 1 else "unknown"
+
+
+class UpstreamResponseTooLarge(OutboundError):
+    code = "upstream_response_too_large"
+
+    @property
+    def delivery(self) -> Delivery:
+        return "answered"
+
+
+class UpstreamResponseInvalid(OutboundError):
+    code = "upstream_response_invalid"
+
+    @property
+    def delivery(self) -> Delivery:
+        return "answered"
+
+
+Headers = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpstreamRequest:
+    method: str
+    url: str  # already encoded (the compiler builds it)
+    headers: Headers = ()
+    body: bytes | None = None
+    timeout_ms: int = 10_000  # per attempt
+    retries: int = 2  # extra attempts where repeating is safe
+    idempotency_header: str | None = None  # its presence makes POST/PATCH retry-safe
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpstreamResponse:
+    status: int
+    headers: Headers
+    body: bytes
+    elapsed_ms: float
+    attempts: int
+    url: str  # the final URL, after redirects
+
+    def header(self, name: str) -> str | None:
+        lname = name.lower()
+        return next((v for k, v in self.headers if k.lower() == lname), None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutorConfig:
+    limit: int = 200  # connections in total
+    limit_per_host: int = 20  # one slow upstream cannot take more than this
+    max_response_bytes: int = 10 * 1024 * 1024  # raw body limit (not response.max_bytes)
+    max_redirects: int = 5
+    retry_after_cap_s: float = 10.0
+    backoff_base_s: float = 0.1
+    backoff_cap_s: float = 2.0
+    # Explicit only; the environment is never read (trust_env=False). Caveat: with
+    # a proxy the guard judges the proxy's address, not the target's, so the
+    # proxy must enforce egress itself until a target check is added here.
+    proxy: str | None = None
+    user_agent: str = "Crank"
+
+
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+# 500 too: a transient server fault is the commonest 5xx, and only retry-safe
+# requests are ever repeated (as the AWS and Google client libraries do); 501,
+# 505 and the rest say the same call will fail again.
+_RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+# Headers kept on a redirect to another origin; credentials and anything custom drop.
+_CROSS_ORIGIN_HEADERS = frozenset(
+    {"accept", "accept-language", "content-language", "content-type", "user-agent"}
+)
+_MIN_ATTEMPT_S = 0.05  # no retry that would leave less than this for the attempt
+
+
+def retry_safe(request: UpstreamRequest) -> bool:
+    """GET/HEAD/OPTIONS/PUT/DELETE, or POST/PATCH carrying the idempotency header."""
+    if request.method.upper() in _SAFE_METHODS:
+        return True
+    if request.idempotency_header is None:
+        return False
+    name = request.idempotency_header.lower()
+    return any(k.lower() == name and v for k, v in request.headers)
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value (delta-seconds or HTTP-date)."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)
+
+
+class GuardedConnector(aiohttp.TCPConnector):
+    """A TCPConnector that connects only to addresses the policy allows.
+
+    The check runs on the resolver's answer (and on IP literals, which aiohttp
+    does not send to the resolver) right before aiohttp builds the socket
+    addresses from that same list, so nothing can rebind in between; cached
+    DNS answers pass the same filter. Blocked addresses are dropped; if none
+    remain the connection fails with ``UpstreamBlocked``. Overrides aiohttp's
+    ``_resolve_host`` (checked by tests against the pinned aiohttp).
+    """
+
+    def __init__(self, policy: AddressPolicy, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._policy = policy
+
+    async def _resolve_host(
+        self, host: str, port: int, traces: Sequence[Trace] | None = None
+    ) -> list[ResolveResult]:
+        results = await super()._resolve_host(host, port, traces=traces)
+        allowed = [
+            r for r in results if self._policy.decide(r["host"], host=host, port=port).allowed
+        ]
+        if not allowed:
+            raise UpstreamBlocked(f"{host}:{port} resolves only to refused addresses")
+        return allowed
+
+
+class UpstreamExecutor:
+    """One per process: ``await executor.start()`` in the lifespan, ``close()`` on shutdown."""
+
+    def __init__(
+        self,
+        policy: AddressPolicy,
+        config: ExecutorConfig | None = None,
+        *,
+        resolver: AbstractResolver | None = None,
+        socket_factory: SocketFactoryType | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.policy = policy
+        self.config = config or ExecutorConfig()
+        self._resolver = resolver
+        self._socket_factory = socket_factory
+        self._rng = rng or random.Random()  # noqa: S311 - jitter, not crypto
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        connector = GuardedConnector(
+            self.policy,
+            limit=self.config.limit,
+            limit_per_host=self.config.limit_per_host,
+            resolver=self._resolver,
+            socket_factory=self._socket_factory,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            trust_env=False,
+            # One session serves every agent and workspace: a cookie an upstream
+            # sets must never ride along on another caller's request.
+            cookie_jar=aiohttp.DummyCookieJar(),
+            timeout=aiohttp.ClientTimeout(total=None),  # per attempt, in execute
+            headers={"User-Agent": self.config.user_agent},
+            auto_decompress=True,
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> UpstreamExecutor:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def execute(self, request: UpstreamRequest) -> UpstreamResponse:
+        """Send ``request``; retries (only if ``retry_safe``) on connect errors,
+        timeouts, 429 and 500/502/503/504, within ``timeout_ms * (retries + 1)``."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        per_attempt = request.timeout_ms / 1000
+        deadline = started + per_attempt * (request.retries + 1)
+        max_attempts = request.retries + 1 if retry_safe(request) else 1
+        attempt = 0
+        while True:
+            attempt += 1
+            remaining = deadline - loop.time()
+            try:
+                async with asyncio.timeout(min(per_attempt, remaining)):
+                    status, headers, body, url = await self._follow(request)
+            except TimeoutError as exc:
+                error: OutboundError = UpstreamTimeout(
+                    f"no answer within {request.timeout_ms} ms", attempts=attempt
+                )
+                error.__cause__ = exc
+                wait = self._backoff(attempt)
+            except aiohttp.ClientConnectionError as exc:
+                error = UpstreamUnavailable(f"cannot reach upstream: {exc}", attempts=attempt)
+                error.__cause__ = exc
+                wait = self._backoff(attempt)
+            except aiohttp.ClientError as exc:
+                raise UpstreamResponseInvalid(
+                    f"unusable upstream answer: {exc}", attempts=attempt
+                ) from exc
+            except OutboundError as exc:
+                exc.attempts = attempt
+                raise
+            else:
+                response = UpstreamResponse(
+                    status=status,
+                    headers=headers,
+                    body=body,
+                    elapsed_ms=(loop.time() - started) * 1000,
+                    attempts=attempt,
+                    url=url,
+                )
+                if status not in _RETRY_STATUSES or attempt >= max_attempts:
+                    return response
+                wait = self._backoff(attempt)
+                retry_after = parse_retry_after(response.header("Retry-After"))
+                if retry_after is not None:
+                    if retry_after > self.config.retry_after_cap_s:
+                        return response  # the caller reports retry_after_s to the model
+                    wait = max(wait, retry_after)
+                if deadline - loop.time() - wait < _MIN_ATTEMPT_S:
+                    return response
+                await asyncio.sleep(wait)
+                continue
+            if attempt >= max_attempts or deadline - loop.time() - wait < _MIN_ATTEMPT_S:
+                raise error
+            await asyncio.sleep(wait)
+
+    def _backoff(self, attempt: int) -> float:
+        """Exponential backoff with equal jitter: half fixed, half random."""
+        ceiling = min(self.config.backoff_cap_s, self.config.backoff_base_s * 2.0 ** (attempt - 1))
+        return ceiling / 2 + self._rng.uniform(0, ceiling / 2)
+
+    async def _follow(self, request: UpstreamRequest) -> tuple[int, Headers, bytes, str]:
+        if self._session is None:
+            raise RuntimeError("UpstreamExecutor.start() was not awaited")
+        method, url, headers, body = (
+            request.method.upper(),
+            URL(request.url, encoded=True),
+            request.headers,
+            request.body,
+        )
+        _check_scheme(url)
+        for _hop in range(self.config.max_redirects + 1):
+            async with self._session.request(
+                method,
+                url,
+                headers=list(headers),
+                data=body,
+                allow_redirects=False,
+                proxy=self.config.proxy,
+            ) as resp:
+                location = resp.headers.get("Location")
+                if resp.status not in _REDIRECTS or not location:
+                    raw = await _read_limited(resp, self.config.max_response_bytes)
+                    return resp.status, tuple(resp.headers.items()), raw, str(url)
+                status = resp.status
+            method, url, headers, body = _redirect(status, method, url, headers, body, location)
+        raise UpstreamResponseInvalid(f"more than {self.config.max_redirects} redirects")
+
+
+def _check_scheme(url: URL) -> None:
+    if url.scheme not in ("http", "https") or not url.host:
+        raise UpstreamBlocked(f"only http and https URLs are allowed, got {url.scheme!r}")
+    # A host of digits and dots that is no dotted quad (2130706433, 127.1,
+    # 0177.0.0.1) is IPv4 in a legacy notation that socket libraries map onto an
+    # address. aiohttp refuses it as an invalid URL, which would surface as
+    # upstream_response_invalid; it is an address trick, so the guard refuses it.
+    host = url.host
+    if host.replace(".", "").isdigit() and not _dotted_quad(host):
+        raise UpstreamBlocked(f"{host!r} is not a canonical IPv4 address")
+
+
+@functools.lru_cache(maxsize=1024)  # a pure function of the host text: no allow decision
+def _dotted_quad(host: str) -> bool:
+    try:
+        ipaddress.IPv4Address(host)  # refuses leading zeros, short and long forms
+    except ValueError:
+        return False
+    return True
+
+
+def _redirect(
+    status: int, method: str, url: URL, headers: Headers, body: bytes | None, location: str
+) -> tuple[str, URL, Headers, bytes | None]:
+    """The next hop, as the Fetch standard has it (and httpx): 303 turns every
+    method but HEAD into a bodiless GET, 301/302 turn POST into GET, 307/308
+    keep method and body. A hop to another origin keeps only content-neutral
+    headers (no credentials, no custom headers); https → http is refused."""
+    target = url.join(URL(location))
+    _check_scheme(target)
+    if url.scheme == "https" and target.scheme == "http":
+        raise UpstreamBlocked("redirect from https to http refused")
+    if (status == 303 and method != "HEAD") or (status in (301, 302) and method == "POST"):
+        method, body = "GET", None
+        headers = tuple((k, v) for k, v in headers if k.lower() != "content-type")
+    if target.origin() != url.origin():
+        headers = tuple((k, v) for k, v in headers if k.lower() in _CROSS_ORIGIN_HEADERS)
+    return method, target, headers, body
+
+
+async def _read_limited(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """At most ``limit`` bytes of the (decoded) body, else ``UpstreamResponseTooLarge``."""
+    too_large = UpstreamResponseTooLarge(f"upstream body exceeds {limit} bytes")
+    length = resp.content_length
+    if length is not None and length > limit and "Content-Encoding" not in resp.headers:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
