@@ -29,6 +29,7 @@ from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
 from control_plane.lint import Finding
 from shared.engine.spec_validation import FieldError
+from shared.http_errors import http_error_name
 
 log = structlog.get_logger(__name__)
 
@@ -154,23 +155,10 @@ def validation_exception_handler(
     )
 
 
-_HTTP_CODES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "conflict",
-    413: "body_too_large",
-    415: "unsupported_media_type",
-    429: "rate_limited",
-}
-
-
 def http_exception_handler(
     _request: Request[Any, Any, Any], exc: HTTPException
 ) -> Response[ErrorBody]:
-    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    code = http_error_name(exc.status_code)
     return Response(
         _body(code, exc.detail),
         status_code=exc.status_code,

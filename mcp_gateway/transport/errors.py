@@ -20,21 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcp_gateway.transport.jsonrpc import REFUSED, RequestId, encode, error
-
-# The approval endpoints' error names by HTTP status; a raise site may name its own.
-_NAMES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "conflict",
-    413: "body_too_large",
-    415: "unsupported_media_type",
-    429: "rate_limited",
-    500: "internal_error",
-    503: "unavailable",
-}
+from shared.http_errors import http_error_name
 
 
 class ProtocolError(Exception):
@@ -63,7 +49,7 @@ class ProtocolError(Exception):
         self.status = status
         self.message = message
         self.code = code
-        self.name = name or _NAMES.get(status, "error")
+        self.name = name or http_error_name(status, "error")  # a raise site may name its own
         self.data = data
         self.headers = headers
         self.rpc_id = rpc_id
