@@ -44,6 +44,8 @@ def _derive(secret: str, label: bytes) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Sealed:
+    """A secret as stored: AES-GCM ciphertext, its nonce and the id of the key that sealed it."""
+
     ciphertext: bytes
     nonce: bytes
     key_id: str
@@ -85,6 +87,7 @@ class SecretBox:
 
 
 def secret_associated_data(workspace_id: int, name: str) -> bytes:
+    """Binds a sealed secret to (workspace, name): moved to another row, it does not open."""
     return f"crank-secret:{workspace_id}:{name}".encode()
 
 

@@ -26,6 +26,7 @@ Connection = psycopg.AsyncConnection[dict[str, Any]]
 
 
 async def connect(conninfo: str, *, autocommit: bool = False) -> Connection:
+    """One connection outside the pool (migrations, LISTEN, the CLI); rows come as dicts."""
     return await psycopg.AsyncConnection.connect(
         conninfo, autocommit=autocommit, row_factory=dict_row
     )

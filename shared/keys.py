@@ -19,6 +19,8 @@ DISPLAY_PREFIX_BODY = 8
 
 
 class KeyKind(StrEnum):
+    """Agent keys call tools, approval keys decide approvals, admin tokens call the admin API."""
+
     AGENT = "agent"
     APPROVAL = "approval"
     ADMIN = "admin"
@@ -37,6 +39,7 @@ def _checksum(text: str) -> str:
 
 
 def generate_key(kind: KeyKind) -> str:
+    """A new random key of ``kind``; the caller stores only its hash and shows it once."""
     body = _base62(secrets.randbits(256), _BODY_LENGTH)
     head = f"crk_{kind.value}_{body}"
     return head + _checksum(head)
@@ -57,6 +60,7 @@ def parse_key(key: str) -> KeyKind | None:
 
 
 def display_prefix(key: str) -> str:
+    """The part of a key that listings and records show; raises ValueError for a non-key."""
     kind = parse_key(key)
     if kind is None:
         raise ValueError("not a Crank key")

@@ -21,6 +21,8 @@ log = structlog.get_logger(__name__)
 
 
 class LastUseRecorder:
+    """``mark`` on the request path; a loop between ``start`` and ``stop`` writes the marks."""
+
     def __init__(
         self, table: Literal["admin_tokens", "api_keys"], interval_s: float = 30.0
     ) -> None:

@@ -9,6 +9,7 @@ import structlog
 
 
 def configure_logging(level: str = "info", *, json: bool = True) -> None:
+    """structlog to stderr for this process: JSON lines, or readable text when ``json`` is false."""
     numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
     logging.basicConfig(stream=sys.stderr, level=numeric, format="%(message)s")
     renderer: structlog.types.Processor = (

@@ -14,6 +14,8 @@ class SettingsError(ValueError):
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    """Every ``CRANK_*`` setting with its default; build it with ``load_settings``."""
+
     database_url: str | None = None
     secret_key: str | None = None
     secret_key_previous: tuple[str, ...] = ()

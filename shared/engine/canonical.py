@@ -19,4 +19,5 @@ def canonical_json(value: Any) -> bytes:
 
 
 def arguments_hash(arguments: Mapping[str, Any]) -> bytes:
+    """SHA-256 of the canonical JSON: equal for the same arguments in any key order."""
     return hashlib.sha256(canonical_json(dict(arguments))).digest()

@@ -99,6 +99,7 @@ def _problems(error: ValidationError) -> list[tuple[str, str, str]]:
 
 
 def confirmation_token(arguments: Mapping[str, Any] | None) -> str | None:
+    """The ``_crank_confirmation_token`` argument when it is a string, else None."""
     value = (arguments or {}).get(CONFIRMATION_ARGUMENT)
     return value if isinstance(value, str) else None
 

@@ -370,6 +370,7 @@ def invalid_arguments(
 
 
 def confirmation_required(token: str, *, language: Language = "en") -> ToolError:
+    """Not a failure: a call that needs confirmation gets the ``ct_`` token to send back."""
     return ToolError.of(
         "confirmation_required",
         language=language,

@@ -130,6 +130,8 @@ Headers = tuple[tuple[str, str], ...]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpstreamRequest:
+    """One request as the executor sends it; timeout and retries come from the operation."""
+
     method: str
     url: str  # already encoded (the compiler builds it)
     headers: Headers = ()
@@ -141,6 +143,8 @@ class UpstreamRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpstreamResponse:
+    """An answer of any status, also 429 or 5xx once retries ran out; ``attempts`` >= 1."""
+
     status: int
     headers: Headers
     body: bytes
@@ -155,6 +159,8 @@ class UpstreamResponse:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExecutorConfig:
+    """Per-process executor limits; the per-call ones are in ``UpstreamRequest``."""
+
     limit: int = 200  # connections in total
     limit_per_host: int = 20  # one slow upstream cannot take more than this
     max_response_bytes: int = 10 * 1024 * 1024  # raw body limit (not response.max_bytes)

@@ -62,6 +62,8 @@ Headers = Mapping[str, str] | Iterable[tuple[str, str]]
 
 @dataclass(frozen=True, slots=True)
 class Selected:
+    """The selected result; ``truncated`` when arrays were cut to the item or byte limit."""
+
     value: Any
     truncated: bool
 

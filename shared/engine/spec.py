@@ -19,12 +19,16 @@ class _Spec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defau
 
 
 class AuthSpec(_Spec, kw_only=True):
+    """How a workspace secret is sent upstream: bearer, a named header, or basic auth."""
+
     type: Literal["bearer", "header", "basic"]
     secret: str
     name: str | None = None  # header name, for type=header
 
 
 class RequestSpec(_Spec, kw_only=True):
+    """The upstream request: ``{var}`` expansions in the URL path; query and body by JMESPath."""
+
     method: HttpMethod
     url: str
     query: dict[str, str] | None = None  # parameter -> JMESPath over the arguments
@@ -34,6 +38,8 @@ class RequestSpec(_Spec, kw_only=True):
 
 
 class ResponseSpec(_Spec, kw_only=True):
+    """What the model gets of the upstream JSON: a JMESPath selection, capped in size."""
+
     select: str | None = None  # JMESPath over the upstream JSON
     max_items: int = 50
     max_bytes: int = 65536
@@ -41,11 +47,15 @@ class ResponseSpec(_Spec, kw_only=True):
 
 
 class IdempotencySpec(_Spec, kw_only=True):
+    """The argument whose value goes upstream in ``header`` and keys the idempotency memory."""
+
     argument: str
     header: str = "Idempotency-Key"
 
 
 class ExecutionConfig(_Spec, kw_only=True):
+    """``timeout_ms`` per attempt; ``retries`` extra attempts, only where repeating is safe."""
+
     timeout_ms: int = 10000
     retries: int = 2
     idempotency: IdempotencySpec | None = None
@@ -58,6 +68,8 @@ class SafetySpec(_Spec, kw_only=True):
 
 
 class OperationSpec(_Spec, kw_only=True):
+    """One operation as its author writes it: the tool the model sees and the call behind it."""
+
     name: str
     title: str | None = None
     description: str
@@ -74,11 +86,15 @@ class OperationSpec(_Spec, kw_only=True):
 
 
 class RateLimit(_Spec, kw_only=True):
+    """An agent's tools/call limit per key: ``requests`` per ``per_seconds``."""
+
     requests: int
     per_seconds: int
 
 
 class AgentSpec(_Spec, kw_only=True):
+    """An agent in an operation file: its slug and the names of the operations it exposes."""
+
     slug: str
     title: str = ""
     description: str = ""
@@ -87,6 +103,8 @@ class AgentSpec(_Spec, kw_only=True):
 
 
 class CrankFile(_Spec, kw_only=True):
+    """The whole operation file ``crank apply`` reads: operations and agents of one workspace."""
+
     workspace: str | None = None  # None: the workspace named by the API path or --workspace
     operations: list[OperationSpec] = msgspec.field(default_factory=list)
     agents: list[AgentSpec] = msgspec.field(default_factory=list)
@@ -100,8 +118,10 @@ def spec_to_builtins(spec: msgspec.Struct) -> dict[str, Any]:
 
 
 def operation_from_builtins(value: Any) -> OperationSpec:
+    """Decode stored JSON into an ``OperationSpec``; raises ``msgspec.ValidationError``."""
     return msgspec.convert(value, OperationSpec)
 
 
 def agent_from_builtins(value: Any) -> AgentSpec:
+    """Decode stored JSON into an ``AgentSpec``; raises ``msgspec.ValidationError``."""
     return msgspec.convert(value, AgentSpec)

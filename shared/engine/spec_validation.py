@@ -70,6 +70,8 @@ MAX_BYTES = 10 * 1024 * 1024
 
 
 class FieldError(msgspec.Struct, frozen=True):
+    """One problem of a spec: ``field`` is its path in the spec (``request.url``)."""
+
     field: str
     message: str
 
@@ -398,6 +400,7 @@ def validate_operation(spec: OperationSpec) -> list[FieldError]:
 
 
 def validate_agent(spec: AgentSpec) -> list[FieldError]:
+    """Every problem with a decoded agent spec; empty when it may be saved."""
     errors: list[FieldError] = []
     if not SLUG.fullmatch(spec.slug):
         errors.append(
