@@ -27,6 +27,8 @@ if TYPE_CHECKING:  # no import cycle through the approvals package and the call 
 
 @dataclass(slots=True)
 class GatewayState:
+    """Built once in the lifespan; requests read the current snapshot through ``refresher``."""
+
     settings: Settings
     pool: AsyncConnectionPool[Connection]
     refresher: Refresher

@@ -65,6 +65,7 @@ _EXHAUSTED: Mapping[Language, str] = {
 
 
 def exhausted_payload(language: Language = "en") -> dict[str, Any]:
+    """The ``failed`` payload of a row whose every attempt ended before a result was recorded."""
     return _payload("internal_error", _EXHAUSTED[language])
 
 
@@ -119,6 +120,8 @@ def same_request(stored: Mapping[str, Any], built: BuiltRequest) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
+    """How an approved call ended: the row's final status and its result or error payload."""
+
     status: leases.Finished
     payload: Any
 

@@ -23,6 +23,8 @@ INTERVAL_S = 30.0
 
 
 class ExpirySweeper:
+    """Expires overdue pending approvals every ``interval_s`` between ``start`` and ``stop``."""
+
     def __init__(
         self, pool: AsyncConnectionPool[Connection], interval_s: float = INTERVAL_S
     ) -> None:

@@ -94,6 +94,8 @@ class _Running:
 
 
 class ApprovalWorker:
+    """One per gateway process: claims approved rows and runs them; ``wake`` starts a round now."""
+
     def __init__(
         self,
         pool: AsyncConnectionPool[Connection],

@@ -45,6 +45,8 @@ class KeyLookupUnavailable(Exception):
 
 
 class KeyResolver:
+    """``resolve``: a live ``Key`` or None; raises KeyLookupUnavailable when it cannot tell."""
+
     def __init__(
         self,
         hasher: KeyHasher,

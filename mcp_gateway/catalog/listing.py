@@ -28,10 +28,13 @@ SERVER_VERSION = "0.1.0"
 
 
 class BadCursor(ValueError):
+    """A tools/list cursor this server cannot use; answered as JSON-RPC -32602."""
+
     pass
 
 
 def server_info(agent: Agent) -> dict[str, Any]:
+    """MCP ``serverInfo``: Crank's name and version, and the agent's title when it has one."""
     info: dict[str, Any] = {"name": SERVER_NAME, "version": SERVER_VERSION}
     if agent.title:
         info["title"] = agent.title

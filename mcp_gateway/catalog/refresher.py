@@ -86,6 +86,8 @@ def resilient_conninfo(database_url: str) -> str:
 
 
 class Refresher:
+    """Keeps ``snapshot`` and ended sessions (``terminated``) current; ``on_swap`` per swap."""
+
     def __init__(
         self,
         conninfo: str,

@@ -34,6 +34,8 @@ _encoder = msgspec.json.Encoder()
 
 @dataclass(frozen=True, slots=True)
 class Tool:
+    """One published operation version as an agent's tool: both eras' definitions, compiled."""
+
     name: str
     operation_id: int
     version: int
@@ -45,6 +47,8 @@ class Tool:
 
 @dataclass(frozen=True, slots=True)
 class Agent:
+    """An agent, published or not (its keys resolve either way, for a 404), with its tools ready."""
+
     id: int
     workspace_id: int  # for the call log, which stores ids
     workspace: str
@@ -66,6 +70,8 @@ class Agent:
 
 @dataclass(frozen=True, slots=True)
 class Key:
+    """An agent or approval key as the snapshot knows it; found by its HMAC hash."""
+
     id: int
     kind: str  # "agent" | "approval"
     agent_id: int
@@ -77,6 +83,8 @@ class Key:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
+    """The published catalog at one version: agents by (workspace, slug) and by id, keys by hash."""
+
     version: int
     loaded_at: float  # time.monotonic()
     agents: dict[tuple[str, str], Agent]
@@ -94,6 +102,8 @@ def _unix(value: datetime | None) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class SnapshotOptions:
+    """How a snapshot is loaded: tools/list page size, tool error language, the secret box."""
+
     page_size: int = DEFAULT_TOOLS_PAGE_SIZE
     language: Language = "en"
     box: SecretBox | None = None  # None: no secrets are loaded (upstream auth then fails)

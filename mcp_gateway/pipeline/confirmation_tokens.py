@@ -50,6 +50,8 @@ Reason = Literal[
 
 
 class InvalidToken(ValueError):
+    """A token refused for this call; ``reason`` goes to the logs and details, not to the model."""
+
     def __init__(self, reason: Reason) -> None:
         super().__init__(reason)
         self.reason: Reason = reason

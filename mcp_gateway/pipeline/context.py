@@ -21,6 +21,8 @@ from shared.engine.outbound import UpstreamExecutor
 # A frozen msgspec Struct, not a dataclass: built on every tools/call, and a frozen
 # dataclass of this size costs several microseconds to build.
 class ToolCallContext(msgspec.Struct, frozen=True, kw_only=True):
+    """The values the gates and the upstream step take; built once per tools/call."""
+
     agent: Agent
     key_id: int
     request_id: str

@@ -73,6 +73,7 @@ def tool_annotations(spec: OperationSpec) -> dict[str, Any]:
 
 
 def tool_definition(spec: OperationSpec, *, wrap_arrays: bool = True) -> dict[str, Any]:
+    """The MCP Tool; ``wrap_arrays`` for the 2025 revisions, whose results must be objects."""
     tool: dict[str, Any] = {"name": spec.name}
     if spec.title:
         tool["title"] = spec.title

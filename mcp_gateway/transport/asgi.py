@@ -38,6 +38,7 @@ class Headers:
 
 
 async def read_body(receive: Receive, limit: int) -> bytes:
+    """The whole body; raises BodyTooLarge past ``limit`` bytes; a disconnect ends it early."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -66,6 +67,7 @@ async def respond(
     content_type: str | None = "application/json",
     headers: dict[str, str] | None = None,
 ) -> None:
+    """A whole answer at once; the Content-Type header is sent only with a body."""
     raw = _header_list(headers)
     if body and content_type:
         raw.append((b"content-type", content_type.encode()))
@@ -86,6 +88,7 @@ async def start_stream(send: Send, headers: dict[str, str] | None = None) -> Non
 
 
 async def send_event(send: Send, data: bytes, *, event_id: str | None = None) -> None:
+    """One SSE ``message`` event, on a stream ``start_stream`` opened."""
     head = b"event: message\n"
     if event_id is not None:
         head += b"id: " + event_id.encode() + b"\n"
@@ -95,8 +98,10 @@ async def send_event(send: Send, data: bytes, *, event_id: str | None = None) ->
 
 
 async def send_comment(send: Send, text: bytes = b"keep-alive") -> None:
+    """An SSE comment: keeps an idle stream open through proxies without an event."""
     await send({"type": "http.response.body", "body": b": " + text + b"\n\n", "more_body": True})
 
 
 async def end_stream(send: Send) -> None:
+    """Ends a stream's HTTP body, with no final event."""
     await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -44,6 +44,8 @@ class Message:
 
 
 class InvalidMessage(ValueError):
+    """Not a JSON-RPC 2.0 message; ``request_id`` when one could be read, for the error."""
+
     def __init__(self, message: str, request_id: RequestId | None = None) -> None:
         super().__init__(message)
         self.request_id = request_id
@@ -59,6 +61,7 @@ def encode(value: Any) -> bytes:
 
 
 def parse_message(value: Any) -> Message:
+    """One decoded message checked as a JSON-RPC frame; raises InvalidMessage."""
     if not isinstance(value, dict) or value.get("jsonrpc") != "2.0":
         raise InvalidMessage('not a JSON-RPC 2.0 message (needs "jsonrpc": "2.0")')
     raw_id = value.get("id")
@@ -81,12 +84,14 @@ def parse_message(value: Any) -> Message:
 
 
 def result(request_id: RequestId | None, value: Any) -> dict[str, Any]:
+    """A JSON-RPC success response carrying ``value``."""
     return {"jsonrpc": "2.0", "id": request_id, "result": value}
 
 
 def error(
     request_id: RequestId | None, code: int, message: str, data: Any = None
 ) -> dict[str, Any]:
+    """A JSON-RPC error response; ``data`` is left out when None."""
     err: dict[str, Any] = {"code": code, "message": message}
     if data is not None:
         err["data"] = data

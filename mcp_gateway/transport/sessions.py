@@ -38,6 +38,8 @@ class MalformedSessionId(ValueError):
 
 
 class SessionClaims(msgspec.Struct, array_like=True, frozen=True):
+    """What a session id carries under its signature; ``issued_at`` in unix seconds."""
+
     key_id: int
     agent_id: int
     protocol_version: str
@@ -55,6 +57,8 @@ def session_hash(session_id: str) -> bytes:
 
 
 class SessionSigner:
+    """Issues and checks session ids; they live ``ttl_s`` seconds from issue."""
+
     def __init__(self, secret_key: str, ttl_s: int) -> None:
         self._key = HKDF(
             algorithm=hashes.SHA256(), length=32, salt=None, info=b"crank mcp sessions v1"

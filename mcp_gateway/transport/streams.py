@@ -36,6 +36,8 @@ _QUEUE_LIMIT = 16
 
 
 class StreamHub:
+    """This process's open SSE streams by agent; a swap tells those whose tools/list changed."""
+
     def __init__(self) -> None:
         self._streams: dict[int, set[asyncio.Queue[str]]] = defaultdict(set)
         self._closing = asyncio.Event()

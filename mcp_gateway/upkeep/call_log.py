@@ -83,6 +83,8 @@ _TYPES = [
 
 
 class CallLogWriter:
+    """``record`` buffers a row; a loop between ``start`` and ``stop`` writes them in batches."""
+
     def __init__(
         self,
         pool: AsyncConnectionPool[Connection],

@@ -90,21 +90,26 @@ def _upstream_latency(agent: str, tool: str) -> Histogram:
 # endpoint's own.
 @functools.cache
 def requests_counter(method: str, status: int) -> Counter:
+    """``crank_mcp_requests_total`` for one method label and HTTP status (the child is cached)."""
     return REQUESTS.labels(method, str(status))
 
 
 @functools.cache
 def latency_histogram(method: str) -> Histogram:
+    """``crank_mcp_request_seconds`` for one method label (the child is cached)."""
     return LATENCY.labels(method)
 
 
 def observe_tool_call(agent: str, tool: str, outcome: str, upstream_s: float | None) -> None:
+    """Counts one tools/call outcome; ``upstream_s`` is None when no upstream call was made."""
     _tool_calls(agent, tool, outcome).inc()
     if upstream_s is not None:
         _upstream_latency(agent, tool).observe(upstream_s)
 
 
 async def start_metrics_server(host: str, port: int, age: Callable[[], float]) -> web.AppRunner:
+    """Serves /metrics on its own port; ``age()``: seconds since the snapshot was confirmed."""
+
     async def metrics(_: web.Request) -> web.Response:
         SNAPSHOT_AGE.set(age())
         return web.Response(

@@ -49,6 +49,8 @@ _LEAVE_SQL = "DELETE FROM gateway_replicas WHERE replica_id = %s"
 
 
 class Replicas:
+    """This process's heartbeat; ``share()`` is its (rank, count) among live replicas."""
+
     def __init__(self, pool: AsyncConnectionPool[Connection]) -> None:
         self._pool = pool
         self.replica_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
