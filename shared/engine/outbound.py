@@ -130,7 +130,7 @@ Headers = tuple[tuple[str, str], ...]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpstreamRequest:
-    """One request as the executor sends it; timeout and retries come from the operation."""
+    """One request for ``UpstreamExecutor.execute``, with its own timeout and retry budget."""
 
     method: str
     url: str  # already encoded (the compiler builds it)
@@ -159,7 +159,7 @@ class UpstreamResponse:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExecutorConfig:
-    """Per-process executor limits; the per-call ones are in ``UpstreamRequest``."""
+    """Limits of one executor, for every call it makes; per-call ones are in ``UpstreamRequest``."""
 
     limit: int = 200  # connections in total
     limit_per_host: int = 20  # one slow upstream cannot take more than this
