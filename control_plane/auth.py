@@ -20,6 +20,8 @@ from shared.keys import KeyKind, parse_key
 
 
 class Role(IntEnum):
+    """A role in one workspace; ordered, so ``role >= need`` means "may do it"."""
+
     VIEWER = 1
     EDITOR = 2
     OWNER = 3
@@ -27,6 +29,8 @@ class Role(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class Principal:
+    """The caller behind an admin token; an instance admin counts as owner of every workspace."""
+
     user_id: int
     name: str
     token_prefix: str
@@ -46,6 +50,8 @@ class Principal:
 
 @dataclass(frozen=True, slots=True)
 class Workspace:
+    """A workspace the caller may reach, with the caller's ``role`` in it."""
+
     id: int
     slug: str
     title: str
@@ -53,6 +59,7 @@ class Workspace:
 
 
 def bearer_token(request: Request[Any, Any, Any]) -> str:
+    """The token of ``Authorization: Bearer``; raises Unauthorized when there is none."""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -61,6 +68,7 @@ def bearer_token(request: Request[Any, Any, Any]) -> str:
 
 
 async def authenticate(conn: Connection, state: AppState, token: str) -> Principal:
+    """The caller of a live admin token, its use recorded; raises Unauthorized (401)."""
     if parse_key(token) is not KeyKind.ADMIN:
         raise Unauthorized("not a valid admin token")
     cur = await conn.execute(
@@ -108,5 +116,6 @@ async def load_workspace(
 
 
 def require_instance_admin(principal: Principal) -> None:
+    """Raises Forbidden (403) unless the caller is an instance admin."""
     if not principal.is_instance_admin:
         raise Forbidden("this needs an instance admin token")

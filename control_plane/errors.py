@@ -42,6 +42,8 @@ class ErrorBody(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class ApiError(Exception):
+    """The admin API's errors: ``status_code`` and a ``{code, message, errors}`` body."""
+
     status_code = 400
     code = "bad_request"
 
@@ -60,6 +62,8 @@ class BadRequest(ApiError):
 
 
 class ValidationFailed(ApiError):
+    """400 with every field error; the message sums up the first five."""
+
     code = "validation_failed"
 
     def __init__(self, errors: list[FieldError], message: str = "") -> None:
@@ -108,6 +112,8 @@ class NotFound(ApiError):
 
 
 class Conflict(ApiError):
+    """409; ``code`` says which: conflict, stale_revision or already_exists."""
+
     status_code = 409
     code = "conflict"
 

@@ -28,6 +28,7 @@ class Precondition(NamedTuple):
 
 
 def etag(resource_id: int, revision: int) -> str:
+    """``"<id>.r<revision>"``: names one incarnation of a resource, at one revision."""
     return f'"{resource_id}.r{revision}"'
 
 

@@ -15,6 +15,8 @@ from shared.settings import Settings
 
 @dataclass(slots=True)
 class AppState:
+    """Built once at startup; handlers get it through the ``CrankState`` dependency."""
+
     settings: Settings
     pool: AsyncConnectionPool[Connection]
     hasher: KeyHasher

@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the ``crank`` command; returns its exit code, failures printed on stderr."""
     args = build_parser().parse_args(argv)
     try:
         code = args.func(args)

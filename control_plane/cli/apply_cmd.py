@@ -114,6 +114,7 @@ def print_lint_errors(name: str, findings: list[Finding]) -> None:
 
 
 def decode_file(document: Any) -> CrankFile:
+    """A parsed YAML/JSON document as a ``CrankFile``; raises msgspec.ValidationError."""
     if document is None:
         raise msgspec.ValidationError("the file is empty")
     return msgspec.convert(document, CrankFile)

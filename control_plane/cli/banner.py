@@ -71,6 +71,7 @@ def render(
     sales_url: str,
     gateway_running: bool,
 ) -> str:
+    """The text ``crank up`` prints when ready; it shows the dev credentials on purpose."""
     cp = state.control_plane_url
     mcp = f"{state.gateway_url}/mcp/v1/{DEMO_WORKSPACE}/currency-rates"
     rates_key = state.agent_keys.get("currency-rates", "")

@@ -135,6 +135,8 @@ def resolve_target(environ: dict[str, str] | None = None) -> tuple[str, str | No
 
 
 class Client:
+    """The admin API for the CLI; any failure raises one CliError (``from_env``: URL, token)."""
+
     def __init__(self, base_url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         parts = urllib.parse.urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:

@@ -18,6 +18,7 @@ class CliError(Exception):
 
 
 def cli_settings() -> Settings:
+    """``load_settings()``, with a bad ``CRANK_*`` value raised as a CliError."""
     try:
         return load_settings()
     except SettingsError as exc:
@@ -25,6 +26,7 @@ def cli_settings() -> Settings:
 
 
 def require_database_url(settings: Settings) -> str:
+    """``CRANK_DATABASE_URL``; raises CliError when it is not set."""
     if not settings.database_url:
         raise CliError("CRANK_DATABASE_URL is not set: point it at Crank's PostgreSQL database")
     return settings.database_url

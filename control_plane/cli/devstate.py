@@ -30,6 +30,8 @@ STATE_FILE = "dev-state.json"
 
 
 class DevState(msgspec.Struct, kw_only=True):
+    """What ``crank up`` keeps across runs, in plain text (a 0600 file): dev credentials, URLs."""
+
     secret_key: str
     admin_token: str
     # agent slug -> key, for the demo agents (``agent`` and ``approval`` kinds).
@@ -45,6 +47,7 @@ _decoder = msgspec.json.Decoder(DevState)
 
 
 def data_dir() -> Path:
+    """``CRANK_DATA_DIR``, else the user's data directory for crank."""
     override = os.environ.get("CRANK_DATA_DIR")
     if override:
         return Path(override).expanduser().resolve()
@@ -86,6 +89,7 @@ def new_secret_key() -> str:
 
 
 def load_or_create_dev_state(path: Path | None = None) -> DevState:
+    """The saved dev state, or a new one saved; raises CliError when the file is unreadable."""
     path = path or dev_state_path()
     try:
         state = load_dev_state(path)

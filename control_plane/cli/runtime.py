@@ -62,6 +62,8 @@ def _group_alive(pgid: int) -> bool:
 
 
 class Supervisor:
+    """Starts ``crank up``'s children, each in its own process group; ``stop_all`` ends them."""
+
     def __init__(self) -> None:
         self.children: list[Child] = []
 

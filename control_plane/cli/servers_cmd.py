@@ -38,10 +38,12 @@ def granian_argv(app: str, host: str, port: int) -> list[str]:
 
 
 def control_plane_argv(settings: Settings) -> list[str]:
+    """The granian command line that serves the control plane on the settings' host and port."""
     return granian_argv(CONTROL_PLANE_APP, settings.host, settings.control_plane_port)
 
 
 def gateway_argv(settings: Settings) -> list[str]:
+    """The granian command line that serves the gateway (by module path, never imported)."""
     return granian_argv(GATEWAY_APP, settings.host, settings.gateway_port)
 
 

@@ -36,5 +36,6 @@ def demo_file_text(sales_port: int) -> str:
 
 
 def load_demo_file(sales_port: int | None = None) -> CrankFile:
+    """The demo seed; its operations call the demo sales API on ``sales_port``."""
     port = demo_sales_port() if sales_port is None else sales_port
     return msgspec.convert(yaml.safe_load(demo_file_text(port)), CrankFile)

@@ -45,6 +45,8 @@ Severity = Literal["error", "warning"]
 
 
 class Rule(NamedTuple):
+    """One row of ``RULES``; ``id`` is stable (CI scripts and the UI match on it)."""
+
     id: str
     severity: Severity
     summary: str
@@ -52,6 +54,8 @@ class Rule(NamedTuple):
 
 
 class Finding(msgspec.Struct, kw_only=True, frozen=True):
+    """One problem the linter found; an ``error`` blocks a publish, a ``warning`` does not."""
+
     rule: str  # a stable id from RULES
     severity: Severity
     resource: str  # "operation:NAME" or "agent:SLUG"
@@ -199,6 +203,7 @@ RULES: Final[dict[str, Rule]] = {rule.id: rule for rule in _RULES}
 def finding(
     rule_id: str, resource: str, field: str | None, message: str, hint: str | None = None
 ) -> Finding:
+    """A finding of rule ``rule_id``, with the rule's severity and, unless given, its hint."""
     rule = RULES[rule_id]
     return Finding(
         rule=rule.id,
@@ -211,14 +216,17 @@ def finding(
 
 
 def has_errors(findings: list[Finding]) -> bool:
+    """Whether any finding is an ``error``, which blocks the publish or apply."""
     return any(f.severity == "error" for f in findings)
 
 
 def operation_resource(name: str) -> str:
+    """The ``resource`` of an operation's findings: ``operation:<name>``."""
     return f"operation:{name}"
 
 
 def agent_resource(slug: str) -> str:
+    """The ``resource`` of an agent's findings: ``agent:<slug>``."""
     return f"agent:{slug}"
 
 

@@ -93,6 +93,7 @@ _ARRAY_IN_SELECT: Final = re.compile(r"\[\s*(\*|\?[^\]]*)?\s*\]")
 
 
 def name_tokens(name: str) -> list[str]:
+    """A tool name's words, lowercased: snake_case, camelCase and digits split apart."""
     return [token.lower() for token in _NAME_TOKEN.findall(name)]
 
 

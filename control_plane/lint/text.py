@@ -181,10 +181,12 @@ _WHEN_RU: Final = re.compile(
 
 
 def words(text: str) -> list[str]:
+    """The lowercased words, ё read as е (so both spellings match one word list)."""
     return [word.replace("ё", "е") for word in _WORD.findall(text.lower())]
 
 
 def first_sentence(text: str) -> str:
+    """The text up to the first ``. ! ? ; :`` followed by a space, or a blank line."""
     return _SENTENCE_END.split(text.strip(), maxsplit=1)[0]
 
 
@@ -218,11 +220,13 @@ def is_vague(description: str) -> bool:
 
 
 def is_russian(text: str) -> bool:
+    """Whether the first word is Cyrillic (the linter then gives its hint in Russian)."""
     found = words(text)
     return bool(found) and bool(_CYRILLIC.search(found[0]))
 
 
 def starts_with_action(description: str) -> bool:
+    """Whether the first word looks like a verb ("Gets", "List", "Получает")."""
     found = words(description)
     if not found:
         return False
@@ -238,5 +242,6 @@ def starts_with_action(description: str) -> bool:
 
 
 def says_when(description: str) -> bool:
+    """Whether a word introduces when to use the tool ("when", "if", "когда", "если", ...)."""
     text = description.lower()
     return bool(_WHEN_EN.search(text) or _WHEN_RU.search(text))

@@ -77,6 +77,8 @@ _SUCCESS_ORDER = ("200", "201", "202", "203", "206")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ImportOptions:
+    """What an import was asked for: filters, the agent to bind, base URL, tool name prefix."""
+
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     agent: str | None = None  # bind the imported operations to this agent (a draft)

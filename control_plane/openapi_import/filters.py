@@ -25,6 +25,8 @@ _KINDS: dict[str, Kind] = {
 
 
 class FilterError(ValueError):
+    """A malformed ``--include``/``--exclude`` filter; the import answers 400."""
+
     pass
 
 
@@ -63,6 +65,8 @@ def parse_filter(text: str) -> Filter:
 
 @dataclass(frozen=True, slots=True)
 class Selection:
+    """The parsed filters; ``wants`` says whether one operation is imported."""
+
     include: tuple[Filter, ...] = ()
     exclude: tuple[Filter, ...] = ()
 

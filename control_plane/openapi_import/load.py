@@ -101,6 +101,7 @@ def _fits(value: Any, limit: int) -> bool:
 
 
 def detect_version(document: dict[str, Any]) -> Version:
+    """What ``swagger``/``openapi`` names: "2.0", "3.0" or "3.1"; raises SpecError otherwise."""
     openapi = document.get("openapi")
     if isinstance(openapi, str):
         if openapi.startswith("3.0"):

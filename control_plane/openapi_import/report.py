@@ -28,17 +28,23 @@ NoteCode = Literal[
 
 
 class Skipped(msgspec.Struct, kw_only=True, frozen=True):
+    """An operation of the document that was not imported, and why."""
+
     where: str  # "GET /pets/{petId}" (operationId in parentheses when there is one)
     reason: str
 
 
 class Note(msgspec.Struct, kw_only=True, frozen=True):
+    """Something about one imported tool that a person should read; ``code`` says what kind."""
+
     operation: str  # the tool name
     code: NoteCode
     message: str
 
 
 class SecretNeeded(msgspec.Struct, kw_only=True, frozen=True):
+    """A workspace secret the imported operations send as auth; it still has to be set."""
+
     name: str  # the workspace secret the operations' request.auth names
     scheme: str  # the security scheme in the document
     kind: str  # bearer, basic or header
@@ -47,6 +53,8 @@ class SecretNeeded(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class SourceInfo(msgspec.Struct, kw_only=True, frozen=True):
+    """The document an import read: its title, versions and operation counts."""
+
     title: str
     version: str  # the API's own version (info.version)
     openapi: str  # "2.0", "3.0" or "3.1"
@@ -56,6 +64,8 @@ class SourceInfo(msgspec.Struct, kw_only=True, frozen=True):
 
 @dataclass(slots=True)
 class ImportResult:
+    """What an import produced: the operations (and agent), and what a person should read."""
+
     info: SourceInfo
     operations: list[OperationSpec] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)

@@ -86,6 +86,8 @@ class Unsupported(Exception):
 
 @dataclass(slots=True)
 class Parameter:
+    """One parameter of an operation, from 2.0 or 3.x alike, before it becomes an argument."""
+
     name: str
     location: str  # path, query, header, cookie
     required: bool
@@ -99,6 +101,8 @@ class Parameter:
 
 @dataclass(slots=True)
 class Body:
+    """An operation's request body; ``schema`` None when it is not JSON (it cannot be sent)."""
+
     schema: Any  # None: not JSON (``media`` says what it is)
     required: bool
     name: str = "body"

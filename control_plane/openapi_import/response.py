@@ -50,10 +50,12 @@ _JSON_MEDIA = re.compile(r"^application/([\w.+-]*\+)?json\b|^\*/\*$|^application
 
 
 def jmespath_identifier(name: str) -> str:
+    """``name`` as a JMESPath identifier: bare when it can be, else quoted."""
     return name if _IDENTIFIER.fullmatch(name) else json.dumps(name)
 
 
 def is_json_media(media_type: str) -> bool:
+    """Whether a media type carries JSON: ``application/json``, any ``+json``, or a wildcard."""
     return bool(_JSON_MEDIA.match(media_type.strip()))
 
 

@@ -29,6 +29,8 @@ from shared.engine.spec import AuthSpec
 
 @dataclass(frozen=True, slots=True)
 class AuthChoice:
+    """The ``request.auth`` chosen for an operation (None: sent without), and notes on why."""
+
     auth: AuthSpec | None
     scheme: str | None  # the scheme's name in the document
     description: str  # what the secret holds
@@ -67,6 +69,7 @@ def _map(name: str, scheme: dict[str, Any], api: str) -> tuple[AuthSpec | None, 
 
 
 def choose_auth(requirements: Any, schemes: dict[str, Any], api: str) -> AuthChoice:
+    """The first alternative of ``requirements`` Crank can send (see the module docstring)."""
     if not isinstance(requirements, list) or not requirements:
         return AuthChoice(None, None, "")
     reasons: list[str] = []

@@ -43,6 +43,8 @@ _COLUMNS = (
 
 @dataclass(frozen=True, slots=True)
 class AgentRow:
+    """An agent's row: the editable ``draft`` and the ``published`` state the gateways serve."""
+
     id: int
     slug: str
     draft: dict[str, Any]  # AgentSpec builtins
@@ -59,6 +61,8 @@ class AgentRow:
 
 
 class PublishWarning(msgspec.Struct, kw_only=True, frozen=True):
+    """A bound operation the published agent leaves out of its catalog for now, and why."""
+
     code: str  # operation_not_published | operation_not_found
     operation: str
     message: str
@@ -97,6 +101,7 @@ async def get_agent(conn: Connection, workspace_id: int, slug: str) -> AgentRow 
 
 
 async def require_agent(conn: Connection, ws: Workspace, slug: str) -> AgentRow:
+    """The agent; raises NotFound (404)."""
     row = await get_agent(conn, ws.id, slug)
     if row is None:
         raise NotFound(f"agent {slug!r} not found in workspace {ws.slug!r}")
@@ -160,6 +165,7 @@ async def _validate(conn: Connection, ws: Workspace, spec: AgentSpec) -> dict[st
 
 
 async def create_agent(conn: Connection, ws: Workspace, actor: str, spec: AgentSpec) -> AgentRow:
+    """Inserts the draft, audited; raises ValidationFailed, or Conflict ``already_exists``."""
     draft = await _validate(conn, ws, spec)
     try:
         with refuse_check_violations():

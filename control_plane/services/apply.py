@@ -58,6 +58,8 @@ class PlanWarning(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class PlanItem(msgspec.Struct, kw_only=True):
+    """What the apply did, or would do, to one operation or agent."""
+
     kind: Kind
     name: str
     action: Action
@@ -67,6 +69,8 @@ class PlanItem(msgspec.Struct, kw_only=True):
 
 
 class ApplyPlan(msgspec.Struct, kw_only=True):
+    """What ``crank apply`` changed or would change, or the errors that stopped it."""
+
     workspace: str
     dry_run: bool
     changed: bool = False

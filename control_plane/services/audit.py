@@ -21,6 +21,7 @@ async def record(
     resource_name: str = "",
     details: dict[str, Any] | None = None,
 ) -> None:
+    """Writes one audit row in the caller's transaction; ``details`` must hold no secret."""
     await conn.execute(
         """INSERT INTO audit_log (workspace_id, actor, action, resource_type, resource_name, details)
            VALUES (%s, %s, %s, %s, %s, %s)""",

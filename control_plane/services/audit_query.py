@@ -37,15 +37,19 @@ class AuditEntry(msgspec.Struct, kw_only=True):
 
 
 class AuditPage(msgspec.Struct, kw_only=True):
+    """One page, newest first; ``next_cursor`` is None on the last page."""
+
     items: list[AuditEntry]
     next_cursor: str | None
 
 
 def encode_cursor(last_id: int) -> str:
+    """An opaque cursor for the page after ``last_id`` (the call log uses it too)."""
     return b64url_encode(f"{_CURSOR_PREFIX}{last_id}".encode())
 
 
 def decode_cursor(cursor: str) -> int:
+    """The last id a page returned; raises ValidationFailed for a cursor this API did not make."""
     try:
         text = b64url_decode(cursor).decode()
     except (binascii.Error, UnicodeDecodeError):
@@ -63,6 +67,7 @@ def decode_cursor(cursor: str) -> int:
 async def list_audit(
     conn: Connection, workspace_id: int, *, limit: int = DEFAULT_LIMIT, cursor: str | None = None
 ) -> AuditPage:
+    """One page of the workspace's audit log; raises ValidationFailed for a bad limit or cursor."""
     if not 1 <= limit <= MAX_LIMIT:
         raise ValidationFailed([FieldError("limit", f"must be between 1 and {MAX_LIMIT}")])
     before = decode_cursor(cursor) if cursor else None

@@ -43,11 +43,15 @@ class CallEntry(msgspec.Struct, kw_only=True):
 
 
 class CallPage(msgspec.Struct, kw_only=True):
+    """One page, newest first; ``next_cursor`` is None on the last page."""
+
     items: list[CallEntry]
     next_cursor: str | None
 
 
 class CallFilters(msgspec.Struct, kw_only=True):
+    """Optional filters of the call log: agent slug, tool name, outcome ("ok" or an error code)."""
+
     agent: str | None = None
     tool: str | None = None
     outcome: str | None = None
@@ -75,6 +79,7 @@ async def list_calls(
     limit: int = DEFAULT_LIMIT,
     cursor: str | None = None,
 ) -> CallPage:
+    """One page of the workspace's call log; raises ValidationFailed for a bad filter or cursor."""
     _check(filters, limit)
     before = decode_cursor(cursor) if cursor else None
     cur = await conn.execute(

@@ -94,6 +94,7 @@ def _decode(convert: Callable[[Any], T], kind: str, key: str, value: Any) -> T:
 
 
 async def export_workspace(conn: Connection, ws: Workspace, *, published: bool) -> Export:
+    """The workspace as an operation file (drafts, or what is published), and bindings dropped."""
     cur = await conn.execute(_PUBLISHED if published else _DRAFTS, {"ws": ws.id})
     row = await cur.fetchone()
     assert row is not None  # the subselects always answer one row
@@ -164,6 +165,7 @@ _Dumper.add_representer(str, _represent_str)
 
 
 def render(document: dict[str, Any], fmt: ExportFormat) -> bytes:
+    """The document as YAML or JSON, as a person would write it."""
     if fmt == "json":
         return msgspec.json.format(msgspec.json.encode(document), indent=2) + b"\n"
     text = yaml.dump(

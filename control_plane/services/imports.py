@@ -59,6 +59,8 @@ _canonical = msgspec.json.Encoder(order="sorted")
 
 
 class ImportConflict(msgspec.Struct, kw_only=True):
+    """An operation the import left alone (edited since, or never imported), with the diff."""
+
     name: str
     reason: Literal["edited_since_import", "not_imported"]
     changes: list[Change]  # from the current draft to the document's version
@@ -72,6 +74,8 @@ class AgentOutcome(msgspec.Struct, kw_only=True):
 
 
 class ImportReport(msgspec.Struct, kw_only=True):
+    """What an import did, or would do, to the workspace's drafts, and what to read about it."""
+
     workspace: str
     dry_run: bool
     overwrite: bool

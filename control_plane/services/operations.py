@@ -90,6 +90,8 @@ class VersionRow(msgspec.Struct, kw_only=True):
 
 
 class Change(msgspec.Struct, kw_only=True):
+    """One difference between two specs, at ``path``."""
+
     path: str  # "" is the whole spec; else "request.url", "input.required[1]", 'headers["a.b"]'
     kind: Literal["added", "removed", "changed"]
     before: Any
@@ -147,6 +149,7 @@ async def lock_operation(
 
 
 async def require_operation(conn: Connection, ws: Workspace, name: str) -> OperationRow:
+    """The operation; raises NotFound (404)."""
     row = await get_operation(conn, ws.id, name)
     if row is None:
         raise NotFound(f"operation {name!r} not found in workspace {ws.slug!r}")

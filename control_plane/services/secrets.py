@@ -24,6 +24,8 @@ MAX_SECRET_BYTES = 64 * 1024
 
 
 class SecretView(msgspec.Struct, kw_only=True):
+    """A secret as the API shows it: the name and times, never the value."""
+
     name: str
     created_at: datetime
     updated_at: datetime
@@ -124,6 +126,7 @@ async def set_secret(
 
 
 async def delete_secret(conn: Connection, ws: Workspace, actor: str, name: str) -> None:
+    """Deletes and audits it and bumps the catalog; raises NotFound (404)."""
     cur = await conn.execute(
         "DELETE FROM secrets WHERE workspace_id = %s AND name = %s RETURNING id", (ws.id, name)
     )

@@ -12,11 +12,15 @@ from shared.keys import KeyKind, display_prefix, generate_key
 
 
 class UnknownWorkspace(LookupError):
+    """The workspace a token's role was asked for does not exist."""
+
     pass
 
 
 @dataclass(frozen=True, slots=True)
 class IssuedToken:
+    """A new admin token; ``token`` is shown once, only its hash is stored."""
+
     token: str
     prefix: str
     user_id: int
@@ -74,6 +78,7 @@ async def create_admin_token(
 
 
 async def token_is_valid(conn: Connection, hasher: KeyHasher, token: str) -> bool:
+    """Whether ``token`` is a live admin token, hashed with the current or a previous key."""
     cur = await conn.execute(
         """SELECT 1 FROM admin_tokens WHERE hash = ANY(%s) AND revoked_at IS NULL
               AND (expires_at IS NULL OR expires_at > now())""",
@@ -93,6 +98,7 @@ class TokenListing:
 
 
 async def list_admin_tokens(conn: Connection) -> list[TokenListing]:
+    """Every admin token with its role (``admin`` or ``role@workspace``); no token or hash."""
     cur = await conn.execute(
         """SELECT t.prefix, t.name, t.created_at, t.last_used_at, t.revoked_at IS NOT NULL AS revoked,
                   CASE WHEN u.is_instance_admin THEN 'admin' ELSE coalesce(

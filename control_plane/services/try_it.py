@@ -66,6 +66,8 @@ _HIDDEN_HEADERS: Final = frozenset({"set-cookie", "set-cookie2"})
 
 
 class TryRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A try-it's body; anything but GET is a real call and needs ``acknowledge_side_effects``."""
+
     arguments: dict[str, Any] = msgspec.field(default_factory=dict)
     # Required for anything but GET: the call is real (a DELETE deletes).
     acknowledge_side_effects: bool = False
@@ -103,6 +105,8 @@ class TryResult(msgspec.Struct, kw_only=True):
 
 
 class TryReport(msgspec.Struct, kw_only=True):
+    """The answer of a try-it: the request as sent and the upstream's answer, secrets masked."""
+
     operation: str
     revision: int  # of the draft that ran
     select: str | None  # the selection used

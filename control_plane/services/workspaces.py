@@ -16,6 +16,8 @@ from shared.engine.spec_validation import SLUG, FieldError
 
 
 class WorkspaceView(msgspec.Struct, kw_only=True):
+    """A workspace and the caller's role in it (``admin`` for instance admins)."""
+
     slug: str
     title: str
     role: str
@@ -27,6 +29,7 @@ def _role_label(principal: Principal, ws_role: str) -> str:
 
 
 async def list_workspaces(conn: Connection, principal: Principal) -> list[WorkspaceView]:
+    """The workspaces the caller has a role in (every one for an instance admin)."""
     cur = await conn.execute("SELECT id, slug, title, created_at FROM workspaces ORDER BY slug")
     views = []
     for row in await cur.fetchall():
@@ -60,6 +63,7 @@ async def get_workspace(conn: Connection, principal: Principal, ws: Workspace) -
 async def create_workspace(
     conn: Connection, principal: Principal, slug: str, title: str
 ) -> WorkspaceView:
+    """Creates and audits it; raises ValidationFailed, or Conflict ``already_exists``."""
     if not SLUG.fullmatch(slug):
         raise ValidationFailed(
             [FieldError("slug", "1-63 lowercase letters, digits and -, starting alnum")]
