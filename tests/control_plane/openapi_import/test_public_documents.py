@@ -1,9 +1,11 @@
-"""Real public OpenAPI documents (tests/fixtures/openapi/README.md): each imports in
-seconds, and every operation it produces passes write-time validation and compiles."""
+"""Real public OpenAPI documents (tests/fixtures/openapi/README.md): every operation
+an import produces passes write-time validation and compiles.
+
+How long an import takes is measured by bench/openapi_import.py, not here: a time
+bound in a test fails on a slow or busy machine while the code is fine."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -21,8 +23,6 @@ from tests.support.paths import OPENAPI_FIXTURES as FIXTURES
 
 GITHUB = JS_DIR / "node_modules" / "@octokit" / "openapi" / "generated"
 GITHUB_DOCUMENT = GITHUB / "api.github.com.json"
-SMALL_BOUND_S = 5.0
-LARGE_BOUND_S = 10.0
 
 # file -> (version, operations in the document, at least this many imported)
 DOCUMENTS = {
@@ -36,10 +36,8 @@ DOCUMENTS = {
 }
 
 
-def imported(path: Path) -> tuple[ImportResult, float]:
-    started = time.perf_counter()
-    result = import_document(parse_document(path.read_bytes()), ImportOptions())
-    return result, time.perf_counter() - started
+def imported(path: Path) -> ImportResult:
+    return import_document(parse_document(path.read_bytes()), ImportOptions())
 
 
 def check_every_operation(result: ImportResult) -> None:
@@ -52,11 +50,9 @@ def check_every_operation(result: ImportResult) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(DOCUMENTS))
-def test_each_fixture_imports_in_seconds_into_valid_operations(name: str) -> None:
+def test_each_fixture_imports_into_valid_operations(name: str) -> None:
     version, total, at_least = DOCUMENTS[name]
-    result, elapsed = imported(FIXTURES / name)
-    print(f"{name}: {len(result.operations)}/{total} operations in {elapsed:.2f} s")
-    assert elapsed < SMALL_BOUND_S
+    result = imported(FIXTURES / name)
     assert result.info.openapi == version
     assert result.info.operations_total == total
     assert len(result.operations) >= at_least, result.skipped
@@ -64,8 +60,8 @@ def test_each_fixture_imports_in_seconds_into_valid_operations(name: str) -> Non
 
 
 def test_the_swagger_and_openapi_petstores_give_the_same_tools() -> None:
-    swagger, _ = imported(FIXTURES / "petstore-swagger-2.0.yaml")
-    openapi, _ = imported(FIXTURES / "petstore-3.0.json")
+    swagger = imported(FIXTURES / "petstore-swagger-2.0.yaml")
+    openapi = imported(FIXTURES / "petstore-3.0.json")
     assert [op.name for op in swagger.operations] == [op.name for op in openapi.operations]
     assert {s.name for s in swagger.secrets} == {
         "swagger_petstore_petstore_auth",
@@ -74,20 +70,15 @@ def test_the_swagger_and_openapi_petstores_give_the_same_tools() -> None:
 
 
 def test_recursive_fixture_schemas_are_cut_and_noted() -> None:
-    result, _ = imported(FIXTURES / "schema-circular-3.0.json")
+    result = imported(FIXTURES / "schema-circular-3.0.json")
     assert any(note.code == "schema_cut" for note in result.notes)
 
 
 @pytest.mark.skipif(
     not GITHUB_DOCUMENT.exists(), reason="@octokit/openapi not installed: run tests/js/install.sh"
 )
-def test_the_github_api_with_over_a_thousand_operations_imports_in_seconds() -> None:
-    result, elapsed = imported(GITHUB_DOCUMENT)
-    print(
-        f"api.github.com.json: {len(result.operations)}/{result.info.operations_total} "
-        f"operations in {elapsed:.2f} s, {len(result.skipped)} skipped"
-    )
-    assert elapsed < LARGE_BOUND_S
+def test_the_github_api_with_over_a_thousand_operations_imports_into_valid_operations() -> None:
+    result = imported(GITHUB_DOCUMENT)
     assert result.info.operations_total > 1000
     assert len(result.operations) > 0.95 * result.info.operations_total
     for skipped in result.skipped:  # only what Crank cannot send
