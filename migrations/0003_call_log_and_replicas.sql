@@ -24,7 +24,7 @@ CREATE INDEX call_log_by_called_at ON call_log (called_at);
 
 -- Live gateway processes. Each one upserts its row every few seconds; a
 -- replica counts the rows seen recently to take its share of a rate limit
--- (mcp_gateway.replicas). Rows of dead processes age out of the count and
+-- (mcp_gateway.upkeep.replicas). Rows of dead processes age out of the count and
 -- are pruned by whoever heartbeats next.
 CREATE TABLE gateway_replicas (
     replica_id    text PRIMARY KEY,
@@ -32,5 +32,5 @@ CREATE TABLE gateway_replicas (
     heartbeat_at  timestamptz NOT NULL DEFAULT now()
 );
 
--- Retention (mcp_gateway.retention) deletes audit rows by age.
+-- Retention (mcp_gateway.upkeep.retention) deletes audit rows by age.
 CREATE INDEX audit_log_by_at ON audit_log (at);

@@ -1,4 +1,4 @@
--- Safety flows (DESIGN "Safety flows"): human approvals with leases, used
+-- Safety flows (docs/architecture.md, "Gate order"): human approvals with leases, used
 -- DELETE confirmation tokens, and the gateway's idempotency memory. None of
 -- these is batched: every row is written before the call that needs it goes on.
 
@@ -38,12 +38,12 @@ CREATE INDEX approvals_by_agent ON approvals (agent_id, created_at DESC, id DESC
 CREATE INDEX approvals_claimable ON approvals (lease_expires_at NULLS FIRST)
     WHERE status IN ('approved', 'executing');
 CREATE INDEX approvals_pending_expiry ON approvals (expires_at) WHERE status = 'pending';
--- Retention (mcp_gateway.retention) prunes finished rows by when they finished:
+-- Retention (mcp_gateway.upkeep.retention) prunes finished rows by when they finished:
 -- completed_at (completed, failed), decided_at (denied), expires_at (expired).
 CREATE INDEX approvals_finished ON approvals ((coalesce(completed_at, decided_at, expires_at)))
     WHERE status IN ('denied', 'expired', 'completed', 'failed');
 
--- The transition table of DESIGN "Approvals", in SQL: an UPDATE that would
+-- The transition table of docs/architecture.md, "Approval state machine", in SQL: an UPDATE that would
 -- move a row along any other edge changes nothing (the row is skipped).
 CREATE FUNCTION crank_approval_transition() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -64,7 +64,7 @@ CREATE TRIGGER approvals_transition
     BEFORE UPDATE ON approvals
     FOR EACH ROW EXECUTE FUNCTION crank_approval_transition();
 
--- DELETE confirmation tokens are signed (mcp_gateway.confirmation) and need
+-- DELETE confirmation tokens are signed (mcp_gateway.pipeline.confirmation_tokens) and need
 -- no row to be issued; a row here marks one used, once, on every replica.
 CREATE TABLE confirmation_uses (
     token_hash  bytea PRIMARY KEY,
@@ -74,7 +74,7 @@ CREATE TABLE confirmation_uses (
 CREATE INDEX confirmation_uses_expiry ON confirmation_uses (expires_at);
 
 -- What the gateway remembers per (agent, operation, idempotency key)
--- (mcp_gateway.idempotency). The key is stored as its SHA-256, so any length
+-- (mcp_gateway.pipeline.idempotency). The key is stored as its SHA-256, so any length
 -- fits the index. in_progress: a call owns the key (``claim``) until
 -- locked_until; unknown: that call ended without a known upstream outcome and
 -- the key stays locked until locked_until; completed: ``result`` is replayed.

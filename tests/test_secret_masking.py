@@ -37,13 +37,13 @@ from shared.engine.masking import MASK
 from tests.support.api import auth
 from tests.support.gateway import (
     Gateway,
-    free_port,
     run_control_plane,
     run_gateway,
     serve_upstream,
     wait_until,
 )
 from tests.support.masking import leaks, spellings
+from tests.support.processes import free_port
 from tests.support.tool_calls import BASE, ERAS, Caller, ok, publish_agent, publish_operation
 
 TOKEN = 'tok/en+abc"Q9-béarer'

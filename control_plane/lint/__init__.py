@@ -15,8 +15,6 @@ from control_plane.lint.files import check_and_lint_file, file_paths, lint_file
 from control_plane.lint.findings import (
     RULES,
     Finding,
-    Rule,
-    Severity,
     has_errors,
     to_field_errors,
 )
@@ -25,8 +23,6 @@ from control_plane.lint.operation_rules import lint_operation
 __all__ = [
     "RULES",
     "Finding",
-    "Rule",
-    "Severity",
     "check_and_lint_file",
     "file_paths",
     "has_errors",

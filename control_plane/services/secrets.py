@@ -16,9 +16,10 @@ from control_plane.auth import Workspace
 from control_plane.errors import NotFound, ValidationFailed
 from control_plane.services.audit import record_change
 from control_plane.services.constraints import refuse_check_violations
-from shared.crypto import CryptoError, Sealed, SecretBox, secret_associated_data
+from shared.crypto import SecretBox, secret_associated_data
 from shared.db import Connection
 from shared.engine.spec_validation import SECRET_NAME, FieldError
+from shared.secrets import open_secret
 
 MAX_SECRET_BYTES = 64 * 1024
 
@@ -74,12 +75,7 @@ async def _unchanged(
     row = await cur.fetchone()
     if row is None or row["key_id"] != box.current_key_id:
         return None
-    sealed = Sealed(bytes(row["ciphertext"]), bytes(row["nonce"]), row["key_id"])
-    try:
-        stored = box.open(sealed, secret_associated_data(ws.id, name))
-    except CryptoError:
-        return None
-    if stored != value:
+    if open_secret(row, box, ws.id) != value:
         return None
     return SecretView(name=row["name"], created_at=row["created_at"], updated_at=row["updated_at"])
 

@@ -24,7 +24,6 @@ left for its lease to expire, and nothing is accounted.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections import OrderedDict
@@ -33,7 +32,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
@@ -41,6 +39,7 @@ from mcp_gateway.approvals import leases
 from mcp_gateway.approvals.leases import Claimed
 from mcp_gateway.catalog.snapshot import Snapshot
 from mcp_gateway.pipeline.accounting import account_call
+from mcp_gateway.request_ids import new_request_id
 from mcp_gateway.upkeep.call_log import CallLogWriter
 from shared.crypto import SecretBox
 from shared.db import Connection
@@ -51,13 +50,13 @@ from shared.engine.outbound import UpstreamExecutor
 from shared.engine.request_builder import BuiltRequest
 from shared.engine.spec import operation_from_builtins
 from shared.engine.upstream import UpstreamCall
+from shared.periodic import EXPECTED
 from shared.secrets import load_secrets
 
 log = structlog.get_logger(__name__)
 
 UPSTREAM_TEXT_CHARS = 2000
 _COMPILED_CACHE = 256
-_DB_ERRORS = (psycopg.Error, OSError, TimeoutError)
 _EXHAUSTED: Mapping[Language, str] = {
     "en": "Crank failed to complete the call: every attempt ended before a result was recorded.",
     "ru": "Crank не смог выполнить вызов: каждая попытка прервалась до записи результата.",
@@ -175,7 +174,7 @@ class Performer:
         try:
             compiled = await self._compiled(row)
             secrets = await self._secrets(row, compiled)
-        except _DB_ERRORS as exc:
+        except EXPECTED as exc:  # the database: leave the row to be re-claimed
             raise Deferred from exc
         except Exception:  # an unreadable spec: every attempt would fail the same way
             log.exception("approval_operation_unreadable", approval_id=row.id, tool=row.tool)
@@ -193,7 +192,7 @@ class Performer:
             workspace_id=row.workspace_id,
             agent_id=row.agent_id,
             key_id=row.key_id,
-            request_id="req_" + os.urandom(8).hex(),  # this run's own: the tools/call has its own
+            request_id=new_request_id(),  # this run's own: the tools/call has its own
             tool=row.tool,
             tool_version=row.version,
             outcome="ok" if outcome.status == "completed" else outcome.payload["error_code"],

@@ -39,7 +39,7 @@ SWEEP_BATCH = 1000
 
 
 class ApprovalRecord(msgspec.Struct, kw_only=True):
-    """What ``GET .../approvals/{id}`` answers (docs/architecture.md, "Approval state machine")."""
+    """What ``GET .../approvals/{id}`` answers (docs/mcp-interface.md, "Human approval")."""
 
     id: str
     status: str

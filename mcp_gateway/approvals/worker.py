@@ -58,7 +58,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-import psycopg
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
@@ -71,7 +70,7 @@ from shared.crypto import SecretBox
 from shared.db import Connection, within
 from shared.engine.errors import Language
 from shared.engine.outbound import UpstreamExecutor
-from shared.periodic import PeriodicTask
+from shared.periodic import EXPECTED, PeriodicTask
 
 log = structlog.get_logger(__name__)
 
@@ -82,7 +81,6 @@ SHUTDOWN_GRACE_S = 10.0
 _DB_TIMEOUT_S = 5.0
 _RENEW_RETRY_S = 1.0
 _STOP_TIMEOUT_S = 10.0  # after the grace: releases, or finishes already under way
-_DB_ERRORS = (psycopg.Error, OSError, TimeoutError)
 
 
 @dataclass(slots=True)
@@ -124,9 +122,7 @@ class ApprovalWorker:
         # database outage once and retries less often while it lasts; a wake-up
         # (a notification, the listener reconnecting, a freed slot) still runs a
         # round at once.
-        self._claims = PeriodicTask(
-            "approval_claims", self._claim_round, interval_s=poll_s, expected=_DB_ERRORS
-        )
+        self._claims = PeriodicTask("approval_claims", self._claim_round, interval_s=poll_s)
         self._more = False  # the last round filled every slot: there may be more rows
         self._tasks: set[asyncio.Task[None]] = set()
         self._running: dict[str, _Running] = {}
@@ -175,7 +171,7 @@ class ApprovalWorker:
         """
         try:
             return await self._claim_round()
-        except _DB_ERRORS as exc:
+        except EXPECTED as exc:
             log.warning("approval_claim_failed", error=str(exc) or type(exc).__name__)
             return 0
 
@@ -249,7 +245,7 @@ class ApprovalWorker:
             asked = loop.time()
             try:
                 kept = await within(_DB_TIMEOUT_S, self._renew(row))
-            except _DB_ERRORS as exc:
+            except EXPECTED as exc:
                 log.warning("approval_renew_failed", approval_id=row.id, error=str(exc))
                 if running.valid_until - loop.time() < row.lease_s / 3:
                     self._lose(running, "renewal_failed")
@@ -289,7 +285,7 @@ class ApprovalWorker:
             try:
                 written = await within(_DB_TIMEOUT_S, self._write(row, outcome))
                 break
-            except _DB_ERRORS as exc:
+            except EXPECTED as exc:
                 if loop.time() + delay >= running.valid_until:
                     log.error("approval_result_lost", approval_id=row.id, error=str(exc))
                     return
@@ -315,7 +311,7 @@ class ApprovalWorker:
 
         try:
             status = await within(_DB_TIMEOUT_S, release())
-        except _DB_ERRORS as exc:  # the lease will expire instead
+        except EXPECTED as exc:  # the lease will expire instead
             log.warning("approval_release_failed", approval_id=row.id, error=str(exc))
             return
         log.info("approval_released", approval_id=row.id, attempt=row.attempt, status=status)

@@ -10,12 +10,11 @@ the way is a ProtocolError, answered here as a JSON-RPC error.
 
 from __future__ import annotations
 
-import os
-import secrets
 import time
 
 import structlog
 
+from mcp_gateway.request_ids import new_request_id
 from mcp_gateway.state import GatewayState
 from mcp_gateway.transport import legacy, modern
 from mcp_gateway.transport.asgi import Headers, Receive, Scope, Send, respond
@@ -25,36 +24,7 @@ from mcp_gateway.transport.exchange import Exchange
 from mcp_gateway.transport.versions import LEGACY_VERSIONS
 from mcp_gateway.upkeep.metrics import latency_histogram, requests_counter
 
-_COUNTER_SPAN = 1 << 32
 _ALLOW = {"Allow": "GET, POST, DELETE"}
-
-
-class RequestIds:
-    """``req_`` + 16 hex digits: a random per-process prefix (8) and a counter (8).
-
-    Cheaper than ``secrets.token_hex`` per request. Ids are not secrets: they
-    only need to be unique across replicas for the call log and error reports.
-    A new prefix is drawn when the counter wraps and in a forked child.
-    """
-
-    def __init__(self) -> None:
-        self._prefix = ""
-        self._next = _COUNTER_SPAN  # draws a prefix on first use
-
-    def new(self) -> str:
-        if self._next >= _COUNTER_SPAN:
-            self._prefix = "req_" + secrets.token_hex(4)
-            self._next = 0
-        value = self._next
-        self._next = value + 1
-        return f"{self._prefix}{value:08x}"
-
-    def reset(self) -> None:
-        self._next = _COUNTER_SPAN
-
-
-_request_ids = RequestIds()
-os.register_at_fork(after_in_child=_request_ids.reset)
 
 
 async def handle(
@@ -66,7 +36,7 @@ async def handle(
     exchange: Exchange | None = None
     try:
         agent, key = await authenticate(state, headers, workspace, slug, "agent")
-        exchange = Exchange(state, scope, receive, send, headers, agent, key, _request_ids.new())
+        exchange = Exchange(state, scope, receive, send, headers, agent, key, new_request_id())
         structlog.contextvars.bind_contextvars(
             request_id=exchange.request_id, agent=f"{workspace}/{slug}"
         )

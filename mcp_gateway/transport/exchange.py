@@ -55,7 +55,9 @@ class Exchange:
     key: Key
     request_id: str  # Crank's ``req_...`` id, for logs and the call log
     rpc_method: str = "-"  # for metrics and logs, once known
-    json_answer: bool = True  # the client takes JSON (else one SSE event); see request_checks
+    json_answer: bool = (
+        True  # the client takes JSON (else one SSE event); see transport.checks.read_request
+    )
 
     @property
     def label(self) -> str:

@@ -86,7 +86,7 @@ def _upstream_latency(agent: str, tool: str) -> Histogram:
     return UPSTREAM_LATENCY.labels(agent, tool)
 
 
-# Bounded too: ``method`` is one of call._LABELLED or "other", statuses are the
+# Bounded too: ``method`` is one of transport.exchange._LABELLED or "other", statuses are the
 # endpoint's own.
 @functools.cache
 def requests_counter(method: str, status: int) -> Counter:

@@ -20,7 +20,8 @@ from shared.engine.canonical import arguments_hash
 from shared.engine.compiler import compile_operation
 from shared.engine.spec import operation_from_builtins
 from tests.support.api import Client, auth
-from tests.support.gateway import free_port, serve_upstream
+from tests.support.gateway import serve_upstream
+from tests.support.processes import free_port
 from tests.support.tool_calls import BASE, ok, publish_agent, publish_operation
 
 TOKEN = "shop-token-7f3a9c"  # the workspace secret SHOP_TOKEN

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from shared.crypto import KeyHasher
 from shared.db import connect
 from tests.support.api import Client, auth
 from tests.support.db import TEST_SECRET_KEY
+from tests.support.processes import free_port
 
 SEED_URL_PATH = "/mcp/v1/default/currency-rates"
 
@@ -55,12 +55,6 @@ FRANKFURTER: dict[str, Any] = {
     },
     "response": {"select": "{base: base, date: date, rates: rates}"},
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @asynccontextmanager

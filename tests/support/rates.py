@@ -11,8 +11,9 @@ import httpx
 from aiohttp import web
 
 from tests.support.api import Client, auth
-from tests.support.gateway import FRANKFURTER, free_port, serve_upstream
+from tests.support.gateway import FRANKFURTER, serve_upstream
 from tests.support.mcp import bearer
+from tests.support.processes import free_port
 from tests.support.tool_calls import publish_agent, publish_operation
 
 PATH = "/mcp/v1/default/rates"

@@ -14,9 +14,10 @@ import pytest
 from aiohttp import web
 
 from tests.support.api import Client, auth
-from tests.support.gateway import free_port, run_gateway, serve_upstream
+from tests.support.gateway import run_gateway, serve_upstream
 from tests.support.mcp import bearer
 from tests.support.paths import OPENAPI_FIXTURES as FIXTURES
+from tests.support.processes import free_port
 from tests.support.rates import open_session_at
 
 WS = "/api/v1/workspaces/default"

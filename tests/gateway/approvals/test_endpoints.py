@@ -29,15 +29,9 @@ from shared.engine.masking import MASK
 from shared.keys import display_prefix
 from tests.support.api import Client, auth
 from tests.support.approvals import behind_the_trigger
-from tests.support.gateway import (
-    Gateway,
-    demo_gateway,
-    free_port,
-    run_gateway,
-    serve_upstream,
-    wait_until,
-)
+from tests.support.gateway import Gateway, demo_gateway, run_gateway, serve_upstream, wait_until
 from tests.support.mcp import curl_client
+from tests.support.processes import free_port
 from tests.support.tool_calls import (
     BASE,
     ERAS,

@@ -36,7 +36,8 @@ from tests.support.approvals import (
     status_is,
 )
 from tests.support.db import TEST_SECRET_KEY
-from tests.support.gateway import free_port, wait_until
+from tests.support.gateway import wait_until
+from tests.support.processes import free_port
 from tests.support.tool_calls import BASE, ok
 
 

@@ -39,8 +39,9 @@ from shared.engine.request_builder import CONFIRMATION_ARGUMENT, CONFIRMATION_TO
 from shared.migrate import migrate
 from tests.support.api import auth, make_token
 from tests.support.db import TEST_SECRET_KEY, database_url_for, reset_database
-from tests.support.gateway import Gateway, demo_gateway, free_port, run_gateway, wait_until
+from tests.support.gateway import Gateway, demo_gateway, run_gateway, wait_until
 from tests.support.mcp import META, modern
+from tests.support.processes import free_port
 from tests.support.tool_calls import (
     BASE,
     ERAS,

@@ -30,7 +30,8 @@ from mcp_gateway.pipeline.idempotency import IN_FLIGHT_RETRY_S, LOCK_MARGIN_S, R
 from shared.db import connect
 from tests.support.api import auth, make_token
 from tests.support.db import database_url_for, reset_database
-from tests.support.gateway import Gateway, free_port, run_gateway, wait_until
+from tests.support.gateway import Gateway, run_gateway, wait_until
+from tests.support.processes import free_port
 from tests.support.tool_calls import (
     ERAS,
     Caller,

@@ -46,7 +46,8 @@ from mcp.client.streamable_http import streamable_http_client
 from shared.engine.errors import ERROR_CODES
 from tests.support.api import auth, make_token
 from tests.support.db import database_url_for, reset_database
-from tests.support.gateway import Gateway, free_port, run_gateway
+from tests.support.gateway import Gateway, run_gateway
+from tests.support.processes import free_port
 from tests.support.tool_calls import (
     BASE,
     ERAS,

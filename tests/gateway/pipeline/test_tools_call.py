@@ -14,8 +14,9 @@ from mcp import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.api import Client
-from tests.support.gateway import free_port, run_gateway
+from tests.support.gateway import run_gateway
 from tests.support.mcp import bearer
+from tests.support.processes import free_port
 from tests.support.rates import PATH, Upstream, call_body, open_session_at, seed, serve_rates
 
 

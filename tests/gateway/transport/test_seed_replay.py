@@ -27,8 +27,9 @@ from aiohttp import web
 from control_plane.demo import load_demo_file
 from shared.engine.spec import spec_to_builtins
 from tests.support.api import Client, auth
-from tests.support.gateway import SEED_URL_PATH, free_port, run_gateway, serve_upstream
+from tests.support.gateway import SEED_URL_PATH, run_gateway, serve_upstream
 from tests.support.mcp import curl_client
+from tests.support.processes import free_port
 from tests.support.tool_calls import BASE, ok, publish_operation
 
 # The seed's --data strings, byte for byte.

@@ -16,7 +16,8 @@ from shared.engine.outbound import UpstreamExecutor
 from shared.engine.spec import operation_from_builtins
 from shared.engine.ssrf import AddressPolicy
 from shared.engine.upstream import UpstreamCall, UpstreamFailure
-from tests.support.gateway import free_port, serve_upstream
+from tests.support.gateway import serve_upstream
+from tests.support.processes import free_port
 
 TOKEN = "tok/en+abc"
 
