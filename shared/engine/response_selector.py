@@ -221,9 +221,11 @@ class ResponseSelector:
         try:
             if self._select is not None:
                 data = self._select.search(data)
-            # An upstream that echoes its credentials must not hand them to the model.
-            data = masker.value(data)
+            # Cap first (it drops whole items, never cuts a string), so masking walks
+            # only what can reach the model; then measure the masked value.
             value, truncated = _cap(data, self._max_items)
+            # An upstream that echoes its credentials must not hand them to the model.
+            value = masker.value(value)
             return self._fit(value, truncated, status, body, masker)
         # A selection that fails on this answer (``length(x)`` where x is a number)
         # means the API answered in a shape the tool does not expect: the same
