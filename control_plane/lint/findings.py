@@ -20,6 +20,7 @@ param-multi-action         warning  an action/operation/mode parameter
 param-untyped-object       warning  a free-form ``object`` parameter
 param-type-missing         warning  a parameter with no type at all
 input-top-level-combinator error    oneOf/anyOf/allOf at the root of the input
+pattern-unsupported        error    a schema regex RE2 cannot compile (backreference...)
 response-select            warning  the whole upstream body goes to the model
 response-array-cap         warning  a list endpoint with max_items above 100
 response-array-fields      warning  a list endpoint that keeps every item field
@@ -137,6 +138,13 @@ _RULES: Final = (
         "The input schema has no oneOf/anyOf/allOf at its root.",
         "Several LLM APIs refuse such a tool: make one tool per variant, or move the "
         "alternatives into a property.",
+    ),
+    Rule(
+        "pattern-unsupported",
+        "error",
+        "Every schema regex compiles in RE2, the linear-time engine Crank runs them on.",
+        "Rewrite the pattern without backreferences, lookahead or lookbehind (RE2 syntax; "
+        "\\uXXXX escapes are accepted), or drop it and describe the format instead.",
     ),
     Rule(
         "response-select",

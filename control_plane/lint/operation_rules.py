@@ -26,6 +26,7 @@ from control_plane.lint.text import (
     words,
 )
 from shared.engine.spec import OperationSpec
+from shared.engine.spec_validation import schema_pattern_errors
 
 # --- names ---------------------------------------------------------------------------
 
@@ -276,6 +277,14 @@ def _check_input(spec: OperationSpec, resource: str) -> Iterator[Finding]:
         yield from _check_parameter(schema, name, declaration, field, resource, top=top)
 
 
+def _check_patterns(spec: OperationSpec, resource: str) -> Iterator[Finding]:
+    """Schema regexes RE2 refuses: the write-time check's own errors, as findings."""
+    schemas = [(spec.input, "input"), (spec.response.output_schema, "response.output_schema")]
+    for schema, where in schemas:
+        for error in schema_pattern_errors(schema, where):
+            yield finding("pattern-unsupported", resource, error.field, error.message)
+
+
 def is_list_endpoint(spec: OperationSpec) -> bool:
     tokens = name_tokens(spec.name)
     if tokens and tokens[0] in _LIST_NAME_VERBS:
@@ -343,6 +352,7 @@ def lint_operation(spec: OperationSpec) -> list[Finding]:
         *_check_name(spec, resource),
         *_check_description(spec, resource),
         *_check_input(spec, resource),
+        *_check_patterns(spec, resource),
         *_check_response(spec, resource),
         *_check_safety(spec, resource),
     ]

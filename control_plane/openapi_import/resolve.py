@@ -20,8 +20,10 @@ every reference is inlined:
   are dropped, as are ``$id``/``$schema``/``$defs`` (nothing refers to them
   once everything is inlined).
 - Request schemas lose ``readOnly`` properties, response schemas ``writeOnly``
-  ones. Keywords with values JSON Schema refuses (a regex Python cannot
-  compile, a negative ``maxLength``, an unknown type) are dropped and noted.
+  ones. Keywords with values JSON Schema refuses (a negative ``maxLength``, an
+  unknown type), and regexes RE2 cannot compile (a backreference, a lookahead:
+  Crank runs schema patterns on RE2, docs/architecture.md, "Schema patterns"),
+  are dropped and noted.
 
 Expansions that involved no cut are cached per reference, so a component used
 by hundreds of operations is converted once.
@@ -29,10 +31,11 @@ by hundreds of operations is converted once.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import unquote
+
+from shared.engine.schema_patterns import pattern_problem
 
 Mode = Literal["request", "response"]
 
@@ -114,14 +117,11 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _regex_ok(pattern: Any) -> bool:
+def _regex_problem(pattern: Any) -> str | None:
+    """Why a schema regex cannot be kept (Crank runs them on RE2), or None."""
     if not isinstance(pattern, str):
-        return False
-    try:
-        re.compile(pattern)
-    except (re.error, RecursionError, OverflowError):
-        return False
-    return True
+        return "not a string"
+    return pattern_problem(pattern)
 
 
 def _ref_name(ref: str) -> str:
@@ -368,9 +368,15 @@ class SchemaResolver:
             if key == "properties" and isinstance(value, dict):
                 out[key] = self._properties(value, run, stack, depth)
             elif key == "patternProperties" and isinstance(value, dict):
-                kept = {k: v for k, v in value.items() if _regex_ok(k)}
-                if len(kept) < len(value):
-                    run.cut("a patternProperties regex Python cannot compile was dropped")
+                kept: dict[Any, Any] = {}
+                for name, schema in value.items():
+                    problem = _regex_problem(name)
+                    if problem is None:
+                        kept[name] = schema
+                    else:
+                        run.cut(
+                            f"patternProperties {name!r}: RE2 cannot compile it ({problem}); dropped"
+                        )
                 out[key] = {str(k): self._child(v, run, stack, depth) for k, v in kept.items()}
             elif key in _SCHEMA_MAPS and isinstance(value, dict):
                 out[key] = {str(k): self._child(v, run, stack, depth) for k, v in value.items()}
@@ -386,10 +392,11 @@ class SchemaResolver:
                 if kind is not None:
                     out[key] = kind
             elif key == "pattern":
-                if _regex_ok(value):
+                problem = _regex_problem(value)
+                if problem is None:
                     out[key] = value
                 else:
-                    run.cut(f"pattern {value!r} is not a regex Python can use; dropped")
+                    run.cut(f"pattern {value!r}: RE2 cannot compile it ({problem}); dropped")
             elif key == "required":
                 if isinstance(value, list):
                     out[key] = list(dict.fromkeys(str(v) for v in value if isinstance(v, str)))

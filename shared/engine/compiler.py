@@ -16,28 +16,30 @@ the input schema's validator (JSON Schema 2020-12 with format checking and a
 leaves the document), the JMESPath mappings, the URL template and the
 response selection.
 
-Argument validation: the input schema (a flat schema first through the
-quick accept of ``shared.engine.schema_fast_path``; jsonschema judges and words
+Argument validation: first the size of the arguments
+(``shared.engine.argument_limits``), then the input schema (a flat schema first
+through the quick accept of ``shared.engine.schema_fast_path``; jsonschema, with
+the linear-time keywords of ``shared.engine.schema_keywords``, judges and words
 everything it does not accept), plus ``_crank_confirmation_token``
 (a ``ct_...`` string) when the operation requires confirmation. Up to
-``MAX_REPORTED_ERRORS`` failures are reported in one ``invalid_arguments``
-error, each as ``$.json.path: explanation`` so the model can correct itself.
+``MAX_REPORTED_ERRORS`` failures (of the first ``_ERRORS_LOOKED_AT`` jsonschema
+finds) are reported in one ``invalid_arguments`` error, each as ``$.json.path: explanation`` so the model can correct itself.
 ``validate`` returns the arguments without the token; read the token with
 ``confirmation_token`` before.
 """
 
 from __future__ import annotations
 
-import re
+import itertools
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 
+from shared.engine.argument_limits import child_path, oversized
 from shared.engine.errors import Language, ToolError, invalid_arguments
 from shared.engine.masking import NO_SECRETS, Masker
 from shared.engine.outbound import OutboundError, UpstreamExecutor, UpstreamRequest
@@ -49,10 +51,17 @@ from shared.engine.request_builder import (
 )
 from shared.engine.response_selector import Headers, ResponseSelector, Selected
 from shared.engine.schema_fast_path import compile_fast_check
+from shared.engine.schema_keywords import (
+    ARGUMENT_FORMAT_CHECKER,
+    ArgumentSchemaValidator,
+    additional_names,
+    prepare_argument_schema,
+)
 from shared.engine.spec import OperationSpec
 from shared.engine.upstream import UpstreamCall, upstream_failure
 
 MAX_REPORTED_ERRORS = 5
+_ERRORS_LOOKED_AT = 10 * MAX_REPORTED_ERRORS  # of which the first MAX_REPORTED_ERRORS, sorted
 _MAX_EXPLANATION = 160
 _CONFIRMATION_PROPERTY = {"type": "string", "pattern": CONFIRMATION_TOKEN_PATTERN}
 
@@ -69,12 +78,6 @@ def _sort_key(error: ValidationError) -> tuple[str, str]:
     return (error.json_path, str(error.validator))
 
 
-def _child(path: str, name: str) -> str:
-    return (
-        f"{path}.{name}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else f"{path}[{name!r}]"
-    )
-
-
 def _problems(error: ValidationError) -> list[tuple[str, str, str]]:
     """(field, rule, explanation); a missing or unexpected property is named as the field."""
     rule = str(error.validator)
@@ -82,18 +85,12 @@ def _problems(error: ValidationError) -> list[tuple[str, str, str]]:
     if rule == "required" and isinstance(instance, dict):
         names = error.validator_value if isinstance(error.validator_value, list) else []
         missing = [p for p in names if isinstance(p, str) and p not in instance]
-        return [(_child(error.json_path, p), rule, "is required") for p in missing]
+        return [(child_path(error.json_path, p), rule, "is required") for p in missing]
     if rule == "additionalProperties" and isinstance(instance, dict):
-        declared = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
-        patterns = (
-            error.schema.get("patternProperties", {}) if isinstance(error.schema, dict) else {}
-        )
-        extras = [
-            k for k in instance if k not in declared and not any(re.search(p, k) for p in patterns)
-        ]
+        extras = additional_names(instance, error.schema)
         if extras:
             return [
-                (_child(error.json_path, k), rule, "is not an allowed argument") for k in extras
+                (child_path(error.json_path, k), rule, "is not an allowed argument") for k in extras
             ]
     return [(error.json_path, rule, _explanation(error))]
 
@@ -113,10 +110,11 @@ class ArgumentValidator:
             properties = dict(schema.get("properties") or {})
             properties[CONFIRMATION_ARGUMENT] = _CONFIRMATION_PROPERTY
             schema["properties"] = properties
-        self._validator = Draft202012Validator(
+        schema = prepare_argument_schema(schema)  # every regex compiled once, with RE2
+        self._validator = ArgumentSchemaValidator(
             schema,
             registry=Registry(),  # no retrieve function: nothing is ever fetched
-            format_checker=Draft202012Validator.FORMAT_CHECKER,
+            format_checker=ARGUMENT_FORMAT_CHECKER,
         )
         self._language: Language = language
         self._fast_check = compile_fast_check(schema)
@@ -129,10 +127,17 @@ class ArgumentValidator:
             raise invalid_arguments(
                 [("$", "type", "arguments must be a JSON object")], language=self._language
             )
+        too_large = oversized(arguments)
+        if too_large is not None:
+            raise invalid_arguments([too_large], language=self._language)
         if self._fast_check is not None and self._fast_check(arguments):
             return {k: v for k, v in arguments.items() if k != CONFIRMATION_ARGUMENT}
         try:
-            errors = sorted(self._validator.iter_errors(arguments), key=_sort_key)
+            # A bounded look: ten thousand failing items would each build an error.
+            errors = sorted(
+                itertools.islice(self._validator.iter_errors(arguments), _ERRORS_LOOKED_AT),
+                key=_sort_key,
+            )
         except Unresolvable as exc:  # write-time checks refuse such refs; never fetched
             raise ToolError.of(
                 "internal_error", language=self._language, details={"schema": str(exc)}

@@ -21,13 +21,16 @@ Any other keyword anywhere (``format``, ``$ref``, ``items``, ``const``,
 instance the check is unsure of (a float for ``integer``, a non-string for
 ``enum``) gets False. Each keyword applies to the instance types it applies
 to in JSON Schema (``pattern`` to strings, ``minimum`` to numbers).
+A ``pattern`` is searched with RE2 (``shared.engine.schema_patterns``), as
+jsonschema's is in Crank; one RE2 cannot compile means no fast check.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from shared.engine.schema_patterns import PatternError, SchemaPattern, compile_pattern, found
 
 __all__ = ["FastCheck", "compile_fast_check"]
 
@@ -122,13 +125,10 @@ def _property_check(schema: Any) -> _Check | None:
                 return None
             checks.append(length)
     if "pattern" in schema:
-        if not isinstance(schema["pattern"], str):
+        pattern = _regex(schema["pattern"])
+        if pattern is None:
             return None
-        try:
-            pattern = re.compile(schema["pattern"])  # jsonschema: re.search, unanchored
-        except re.error:
-            return None
-        checks.append(lambda v: not isinstance(v, str) or pattern.search(v) is not None)
+        checks.append(lambda v: not isinstance(v, str) or found(pattern, v))
     for keyword in _BOUNDS:
         if keyword in schema:
             bound = _bound_check(keyword, schema[keyword])
@@ -136,6 +136,18 @@ def _property_check(schema: Any) -> _Check | None:
                 return None
             checks.append(bound)
     return _all_of(checks)
+
+
+def _regex(pattern: Any) -> Any:
+    """The RE2 regex of a ``pattern`` (compiled already when the schema was prepared), or None."""
+    if isinstance(pattern, SchemaPattern):
+        return pattern.regex
+    if not isinstance(pattern, str):
+        return None
+    try:
+        return compile_pattern(pattern)  # searched unanchored, as JSON Schema says
+    except PatternError:
+        return None
 
 
 def _all_of(checks: list[_Check]) -> _Check:

@@ -23,6 +23,8 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
+from shared.engine.schema_keywords import SCHEMA_CHECK_FORMAT_CHECKER, UNEVALUATED_WITH_PATTERNS
+from shared.engine.schema_patterns import pattern_problem
 from shared.engine.spec import AgentSpec, OperationSpec
 
 if TYPE_CHECKING:
@@ -155,11 +157,57 @@ def _unresolved_refs(schema: dict[str, Any], field: str) -> list[FieldError]:
     return errors
 
 
+def schema_pattern_errors(schema: Any, field: str) -> list[FieldError]:
+    """Every regex of ``schema`` that RE2 cannot compile, with RE2's reason.
+
+    Schema patterns run on RE2, never on a backtracking engine (docs/architecture.md,
+    "Schema patterns"): ``pattern`` values and ``patternProperties`` names, and
+    ``unevaluatedProperties`` beside ``patternProperties`` (jsonschema would run
+    those patterns with ``re``). Reads any value defensively: the linter calls it too.
+    """
+    errors: list[FieldError] = []
+    stack: list[tuple[Any, str]] = [(schema, field)]
+    uses_pattern_properties = False
+    unevaluated: list[str] = []
+    while stack:
+        node, where = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        pattern = node.get("pattern")
+        if isinstance(pattern, str):  # any other type is the metaschema's to refuse
+            problem = pattern_problem(pattern)
+            if problem is not None:
+                errors.append(FieldError(f"{where}.pattern", _pattern_message(problem)))
+        by_pattern = node.get("patternProperties")
+        if isinstance(by_pattern, dict):
+            uses_pattern_properties = True
+            for name in by_pattern:
+                problem = pattern_problem(str(name))
+                if problem is not None:
+                    errors.append(
+                        FieldError(f"{where}.patternProperties.{name}", _pattern_message(problem))
+                    )
+        if "unevaluatedProperties" in node:
+            unevaluated.append(f"{where}.unevaluatedProperties")
+        stack.extend(_subschemas(node, where))
+    if uses_pattern_properties:
+        errors += [FieldError(where, UNEVALUATED_WITH_PATTERNS) for where in unevaluated]
+    return sorted(errors, key=lambda error: error.field)
+
+
+def _pattern_message(problem: str) -> str:
+    return (
+        f"RE2 cannot compile this pattern: {problem} (Crank runs schema patterns on RE2, "
+        "which has no backreferences, lookahead or lookbehind)"
+    )
+
+
 def _check_schema(schema: dict[str, Any], field: str, *, root_object: bool) -> list[FieldError]:
-    """A valid 2020-12 schema whose references all stay in, and resolve in, the document."""
+    """A valid 2020-12 schema whose references all stay in, and resolve in, the document,
+    and whose regexes RE2 compiles (they are judged by ``schema_pattern_errors``)."""
     errors: list[FieldError] = []
     try:
-        Draft202012Validator.check_schema(schema)
+        Draft202012Validator.check_schema(schema, format_checker=SCHEMA_CHECK_FORMAT_CHECKER)
     except SchemaError as exc:
         location = "".join(f".{p}" if isinstance(p, str) else f"[{p}]" for p in exc.path)
         errors.append(FieldError(f"{field}{location}", f"not a valid JSON Schema: {exc.message}"))
@@ -167,6 +215,7 @@ def _check_schema(schema: dict[str, Any], field: str, *, root_object: bool) -> l
         return [FieldError(field, "the schema is nested too deeply")]
     if root_object and schema.get("type") != "object":
         errors.append(FieldError(f"{field}.type", 'the input schema root must be "type: object"'))
+    errors += schema_pattern_errors(schema, field)
     for where, dialect in _keyword_values(schema, ("$schema",), field):
         if dialect not in _DIALECTS:
             errors.append(

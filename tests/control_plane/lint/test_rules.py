@@ -512,6 +512,41 @@ def test_validation_errors_become_spec_invalid_without_repeating_a_lint_finding(
     ]
 
 
+def test_a_pattern_re2_cannot_compile_is_a_pattern_unsupported_error_with_the_reason() -> None:
+    bad = with_params(
+        code={"type": "string", "description": "Code, e.g. AA", "pattern": "^(a)\\1$"},
+        name={"type": "string", "description": "Name, e.g. Иван", "pattern": "^\\p{L}+$"},
+        tag={"type": "string", "description": "Tag, e.g. x1", "pattern": "^(?=x)\\w+$"},
+    )
+    found = [f for f in lint_operation(bad) if f.rule == "pattern-unsupported"]
+    assert [(f.severity, f.field) for f in found] == [
+        ("error", "input.properties.code.pattern"),
+        ("error", "input.properties.tag.pattern"),
+    ]
+    assert "invalid escape sequence: \\1" in found[0].message
+    assert "(?=" in found[1].message
+    assert "RE2" in found[0].hint
+
+
+def test_a_refused_pattern_is_reported_once_by_crank_lint() -> None:
+    file = CrankFile(
+        operations=[
+            spec(
+                input={
+                    "type": "object",
+                    "properties": {
+                        "email": {"type": "string", "description": "e.g. a@b", "pattern": "(?<=@)x"}
+                    },
+                }
+            )
+        ]
+    )
+    findings = check_and_lint_file(file, check_file(file))
+    assert [(f.rule, f.field) for f in findings if f.severity == "error"] == [
+        ("pattern-unsupported", "input.properties.email.pattern")
+    ]
+
+
 def test_error_findings_become_field_errors_with_paths_into_the_file() -> None:
     file = CrankFile(operations=[spec(), spec(name="call_api")])
     errors = to_field_errors(lint_file(file), file_paths(file))

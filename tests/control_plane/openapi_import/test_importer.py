@@ -218,12 +218,23 @@ def test_read_only_properties_leave_request_schemas_and_write_only_response_ones
     assert set(response["properties"]) == {"id", "name"}
 
 
-def test_a_regex_python_cannot_compile_is_dropped_with_a_note() -> None:
+def test_a_regex_re2_cannot_compile_is_dropped_with_a_note_that_says_why() -> None:
     schema, cut = SchemaResolver({}, openapi_30=False).schema(
-        {"type": "string", "pattern": "^\\p{L}+$"}, "request"
+        {
+            "type": "object",
+            "properties": {
+                "code": {"type": "string", "pattern": "^(?!000)\\d{3}$"},
+                "name": {"type": "string", "pattern": "^\\p{L}+$"},
+            },
+            "patternProperties": {"^(a)\\1$": {"type": "string"}, "^x-": {}},
+        },
+        "request",
     )
-    assert schema == {"type": "string"}
-    assert "pattern" in cut[0]
+    assert schema["properties"]["code"] == {"type": "string"}
+    assert schema["properties"]["name"]["pattern"] == "^\\p{L}+$"  # RE2 has \p{L}
+    assert list(schema["patternProperties"]) == ["^x-"]
+    assert any("'^(?!000)\\\\d{3}$'" in note and "(?!" in note for note in cut)
+    assert any("patternProperties" in note and "\\1" in note for note in cut)
 
 
 # -- names ---------------------------------------------------------------------------

@@ -1,0 +1,52 @@
+"""How much of a call's arguments the validator walks, at most.
+
+The request body is capped (``CRANK_MCP_MAX_BODY_BYTES``, 1 MiB by default),
+but a megabyte of JSON is half a million array elements, and jsonschema
+spends microseconds on each: seconds of one shared event loop. So before any
+schema keyword runs, the arguments are measured: more than
+``MAX_ARGUMENT_NODES`` values in all, or containers nested deeper than
+``MAX_ARGUMENT_DEPTH``, is ``invalid_arguments`` naming the container that
+crossed the limit (docs/architecture.md, "Schema patterns"). The measure
+reads each container's length, so a huge array is refused without walking it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["MAX_ARGUMENT_DEPTH", "MAX_ARGUMENT_NODES", "child_path", "oversized"]
+
+MAX_ARGUMENT_NODES = 10_000
+MAX_ARGUMENT_DEPTH = 64
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def child_path(path: str, key: str | int) -> str:
+    """The JSON path of ``key`` under ``path``: ``$.a``, ``$['a b']``, ``$.a[3]``."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if _IDENTIFIER.fullmatch(key) else f"{path}[{key!r}]"
+
+
+def oversized(arguments: dict[str, Any]) -> tuple[str, str, str] | None:
+    """(field, rule, explanation) where ``arguments`` exceed a limit, or None."""
+    count = 0
+    stack: list[tuple[dict[str, Any] | list[Any], str, int]] = [(arguments, "$", 1)]
+    while stack:
+        container, path, depth = stack.pop()
+        if depth > MAX_ARGUMENT_DEPTH:
+            return path, "maxDepth", f"is nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+        count += len(container)
+        if count > MAX_ARGUMENT_NODES:
+            return (
+                path,
+                "maxNodes",
+                f"the arguments hold more than {MAX_ARGUMENT_NODES} values in all; "
+                "send fewer at a time",
+            )
+        items = container.items() if isinstance(container, dict) else enumerate(container)
+        for key, value in items:
+            if isinstance(value, dict | list) and value:
+                stack.append((value, child_path(path, key), depth + 1))
+    return None
