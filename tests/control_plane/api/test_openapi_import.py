@@ -75,6 +75,27 @@ async def test_an_import_creates_drafts_only_and_records_itself_in_the_audit_log
     assert len(entry["details"]["operations"]) == 20
 
 
+async def test_a_pattern_re2_cannot_compile_is_dropped_and_the_draft_kept_with_a_note(
+    client: Client, admin: str
+) -> None:
+    document = petstore()
+    parameters = document["paths"]["/pet/findByStatus"]["get"]["parameters"]
+    parameters[0]["schema"]["items"]["pattern"] = "^(?!sold)\\w+$"
+    report = await run_import(client, admin, document=document)
+    assert "find_pets_by_status" in report["created"]
+    [note] = [
+        n
+        for n in report["notes"]
+        if n["operation"] == "find_pets_by_status" and n["code"] == "schema_cut"
+    ]
+    assert "(?!" in note["message"]
+    assert "RE2" in note["message"]
+    draft = await client.get(f"{WS}/operations/find_pets_by_status", headers=auth(admin))
+    status = draft.json()["draft"]["input"]["properties"]["status"]
+    assert status["items"]["enum"] == ["available", "pending", "sold"]
+    assert "pattern" not in status["items"]
+
+
 async def test_a_dry_run_reports_the_same_and_writes_nothing(client: Client, admin: str) -> None:
     report = await run_import(client, admin, document=petstore(), dry_run=True, agent="pets")
     assert report["dry_run"] is True

@@ -167,6 +167,29 @@ async def test_delete_with_confirmation_switched_off_is_refused(
     assert [e["field"] for e in response.json()["errors"]] == ["safety.confirmation"]
 
 
+@pytest.mark.parametrize(
+    ("pattern", "reason"),
+    [("^(a)\\1$", "invalid escape sequence: \\1"), ("^(?=o)\\w+$", "invalid perl operator: (?=")],
+)
+async def test_a_pattern_re2_cannot_compile_is_refused_naming_the_field_and_the_reason(
+    client: Client, editor: str, pattern: str, reason: str
+) -> None:
+    spec = order_spec()
+    spec["input"]["properties"]["order_id"]["pattern"] = pattern
+    response = await client.post(BASE, json=spec, headers=auth(editor))
+    assert response.status_code == 400
+    body = response.json()
+    assert body["code"] == "validation_failed"
+    [error] = body["errors"]
+    assert error["field"] == "input.properties.order_id.pattern"
+    assert reason in error["message"]
+    assert "RE2" in error["message"]
+    assert (await client.get(BASE, headers=auth(editor))).json()["items"] == []
+
+    spec["input"]["properties"]["order_id"]["pattern"] = "^(a+)+$"  # RE2 runs it in linear time
+    assert (await client.post(BASE, json=spec, headers=auth(editor))).status_code == 201
+
+
 async def test_unknown_field_is_refused_and_nothing_changes(client: Client, editor: str) -> None:
     refused = await client.post(BASE, json=order_spec(colour="red"), headers=auth(editor))
     assert refused.status_code == 400
