@@ -26,6 +26,8 @@ from referencing.jsonschema import DRAFT202012
 
 __all__ = [
     "ARGUMENT_PATTERN_MEMORY",
+    "MAX_ARGUMENT_PATTERN_LENGTH",
+    "MAX_SCHEMA_PATTERN_LENGTH",
     "SCHEMA_PATTERN_MEMORY",
     "PatternError",
     "SchemaPattern",
@@ -39,6 +41,10 @@ __all__ = [
 
 SCHEMA_PATTERN_MEMORY = 8 << 20  # RE2's default budget; a larger pattern is "too large"
 ARGUMENT_PATTERN_MEMORY = 1 << 20  # a ``format: regex`` argument: a caller's text
+# Compiling is linear too, but a long pattern costs tens of milliseconds (and RE2
+# logs to stderr on some): longer ones are refused before RE2 sees them.
+MAX_SCHEMA_PATTERN_LENGTH = 10_000
+MAX_ARGUMENT_PATTERN_LENGTH = 1_000
 _HEX = frozenset("0123456789abcdefABCDEF")
 
 
@@ -91,9 +97,12 @@ def compile_pattern(pattern: str, *, argument: bool = False) -> Any:
     """The compiled RE2 regex of ``pattern``, or ``PatternError`` with RE2's reason.
 
     ``argument``: the pattern is a caller's value (``format: regex``), so it
-    gets a smaller memory budget.
+    gets a smaller memory budget and length limit.
     """
     options = _ARGUMENT_OPTIONS if argument else _SCHEMA_OPTIONS
+    limit = MAX_ARGUMENT_PATTERN_LENGTH if argument else MAX_SCHEMA_PATTERN_LENGTH
+    if len(pattern) > limit:
+        raise PatternError(f"longer than {limit} characters")
     try:
         return re2.compile(_ecma_escapes(pattern), options)
     except re2.error as exc:

@@ -146,7 +146,9 @@ def test_format_regex_means_a_pattern_re2_compiles_never_a_python_compile() -> N
             {"field": "$.rx", "rule": "format"}
         ]
     with quick():
-        assert refusal(lambda: validator.validate({"rx": "(" * 50_000}))[0]["rule"] == "format"
+        for long in ("(" * 50_000, "a." * 500_000, "a" * 1_001):
+            assert refusal(lambda: validator.validate({"rx": long}))[0]["rule"] == "format"  # noqa: B023
+    assert validator.validate({"rx": "a" * 1_000}) == {"rx": "a" * 1_000}
 
 
 # --- the dialect ------------------------------------------------------------------------
@@ -169,7 +171,9 @@ def test_ecma_unicode_escapes_become_re2_escapes_and_other_escapes_stay() -> Non
         ("(?=a)", "invalid perl operator: (?="),
         ("(?<!a)b", "invalid perl operator: (?<!"),
         ("[\\p{L}]{1000}x", "pattern too large"),
+        ("a" * 10_001, "longer than 10000 characters"),
     ],
+    ids=["backreference", "lookahead", "lookbehind", "too-large", "too-long"],
 )
 def test_a_pattern_re2_cannot_compile_gives_re2s_reason(pattern: str, reason: str) -> None:
     with pytest.raises(PatternError, match=re.escape(reason)):
