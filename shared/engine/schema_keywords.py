@@ -37,6 +37,7 @@ __all__ = [
     "prepare_argument_schema",
 ]
 
+_HEAD = 40  # characters of a failing value quoted in an error
 # Replaces unevaluatedProperties where patternProperties is also used: its value says why.
 _UNSUPPORTED = "$crankUnsupported"
 UNEVALUATED_WITH_PATTERNS = (
@@ -54,7 +55,12 @@ def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterat
         yield ValidationError(f"the schema's pattern {pattern!r} cannot be evaluated: {exc}")
         return
     if not matched:
-        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+        yield ValidationError(f"{_head(instance)} does not match {pattern!r}")
+
+
+def _head(text: str) -> str:
+    """The value as jsonschema words it, cut: a megabyte string is not repeated per error."""
+    return repr(text) if len(text) <= _HEAD else repr(text[:_HEAD]) + "…"
 
 
 def _matches(pattern: str, name: str) -> bool:
@@ -128,7 +134,7 @@ def _unique_items(
     validator: Any, unique: Any, instance: Any, schema: Any
 ) -> Iterator[ValidationError]:
     if unique and validator.is_type(instance, "array") and not all_unique(instance):
-        yield ValidationError(f"{instance!r} has non-unique elements")
+        yield ValidationError("has non-unique elements")
 
 
 def _unsupported(
