@@ -32,7 +32,9 @@ from shared.engine.schema_patterns import (
 __all__ = [
     "ARGUMENT_FORMAT_CHECKER",
     "SCHEMA_CHECK_FORMAT_CHECKER",
+    "UNEVALUATED_WITH_PATTERNS",
     "ArgumentSchemaValidator",
+    "additional_names",
     "all_unique",
     "prepare_argument_schema",
 ]
