@@ -1,6 +1,6 @@
 """How much of a call's arguments the validator walks, at most.
 
-The request body is capped (``CRANK_MCP_MAX_BODY_BYTES``, 1 MiB by default),
+The request body is capped (``CRANK_MAX_BODY_BYTES``, 1 MiB by default),
 but a megabyte of JSON is half a million array elements, and jsonschema
 spends microseconds on each: seconds of one shared event loop. So before any
 schema keyword runs, the arguments are measured: more than
