@@ -28,6 +28,8 @@ error, each as ``$.json.path: explanation`` so the model can correct itself.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import re
 import time
 from collections.abc import Mapping
@@ -38,6 +40,7 @@ from jsonschema.exceptions import ValidationError
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 
+from shared.engine.answer_limits import DEFAULT_MAX_JSON_NODES, OFF_LOOP_BYTES, raw_body_limit
 from shared.engine.errors import Language, ToolError, invalid_arguments
 from shared.engine.masking import NO_SECRETS, Masker
 from shared.engine.outbound import OutboundError, UpstreamExecutor, UpstreamRequest
@@ -186,13 +189,20 @@ class CompiledOperation:
             timeout_ms=execution.timeout_ms,
             retries=execution.retries,
             idempotency_header=idempotency.header if idempotency else None,
+            max_response_bytes=raw_body_limit(self.spec.response),
         )
 
     def select(
-        self, status: int, headers: Headers, body: bytes, *, masker: Masker = NO_SECRETS
+        self,
+        status: int,
+        headers: Headers,
+        body: bytes,
+        *,
+        masker: Masker = NO_SECRETS,
+        max_nodes: int = DEFAULT_MAX_JSON_NODES,
     ) -> Selected:
         """Raises ``ToolError`` for a non-success status or an unusable body."""
-        return self._selector.select(status, headers, body, masker=masker)
+        return self._selector.select(status, headers, body, masker=masker, max_nodes=max_nodes)
 
     async def call(
         self, executor: UpstreamExecutor, built: BuiltRequest, upstream: UpstreamCall | None = None
@@ -212,8 +222,20 @@ class CompiledOperation:
         upstream.response = response
         upstream.attempts = response.attempts
         upstream.elapsed_ms = response.elapsed_ms
+        select = functools.partial(
+            self.select,
+            response.status,
+            response.headers,
+            response.body,
+            masker=masker,
+            max_nodes=executor.config.max_json_nodes,
+        )
         try:
-            return self.select(response.status, response.headers, response.body, masker=masker)
+            if len(response.body) <= OFF_LOOP_BYTES:
+                return select()
+            # Decoding, selecting and masking a large answer is CPU work: in a
+            # worker thread the loop keeps serving (docs/architecture.md, "Upstream answers").
+            return await asyncio.to_thread(select)
         except ToolError as exc:
             exc.details["attempts"] = response.attempts
             raise
