@@ -40,7 +40,7 @@ from jsonschema.exceptions import ValidationError
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 
-from shared.engine.answer_limits import DEFAULT_MAX_JSON_NODES, OFF_LOOP_BYTES, raw_body_limit
+from shared.engine.answer_limits import OFF_LOOP_BYTES, raw_body_limit
 from shared.engine.errors import Language, ToolError, invalid_arguments
 from shared.engine.masking import NO_SECRETS, Masker
 from shared.engine.outbound import OutboundError, UpstreamExecutor, UpstreamRequest
@@ -193,16 +193,10 @@ class CompiledOperation:
         )
 
     def select(
-        self,
-        status: int,
-        headers: Headers,
-        body: bytes,
-        *,
-        masker: Masker = NO_SECRETS,
-        max_nodes: int = DEFAULT_MAX_JSON_NODES,
+        self, status: int, headers: Headers, body: bytes, *, masker: Masker = NO_SECRETS
     ) -> Selected:
         """Raises ``ToolError`` for a non-success status or an unusable body."""
-        return self._selector.select(status, headers, body, masker=masker, max_nodes=max_nodes)
+        return self._selector.select(status, headers, body, masker=masker)
 
     async def call(
         self, executor: UpstreamExecutor, built: BuiltRequest, upstream: UpstreamCall | None = None
@@ -223,7 +217,7 @@ class CompiledOperation:
         upstream.attempts = response.attempts
         upstream.elapsed_ms = response.elapsed_ms
         select = functools.partial(
-            self.select,
+            self._selector.select,
             response.status,
             response.headers,
             response.body,

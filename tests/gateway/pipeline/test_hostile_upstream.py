@@ -19,14 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 from aiohttp import web
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from tests.support.api import auth, make_token
-from tests.support.db import database_url_for, reset_database
+from tests.support.db import emptied_run_database
 from tests.support.gateway import Gateway, run_gateway, serve_upstream
 from tests.support.tool_calls import (
     BASE,
@@ -100,9 +99,7 @@ class World:
 async def world(
     pg_server_url: str, run_database: str, app: Litestar, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[World]:
-    url = database_url_for(pg_server_url, run_database)
-    with psycopg.connect(url, autocommit=True) as conn:
-        reset_database(conn, run_database)
+    url = emptied_run_database(pg_server_url, run_database)
     upstream_app = web.Application()
     upstream_app.router.add_get("/{name}", upstream)
     async with serve_upstream(upstream_app) as port:
