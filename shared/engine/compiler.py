@@ -8,7 +8,8 @@ control plane's try-it::
     BuiltRequest ──call──▶ Selected | ToolError
         send (shared.engine.outbound: SSRF guard, timeout, safe retries), then
         select from the answer (shared.engine.response_selector); every failure is a
-        ToolError (shared.engine.upstream), every text masked (shared.engine.masking)
+        ToolError (shared.engine.upstream), every text masked (shared.engine.masking);
+        the answer's size bounded (shared.engine.answer_limits)
 
 Everything that can be compiled is compiled once, in ``compile_operation``:
 the input schema's validator (JSON Schema 2020-12 with format checking and a
@@ -161,6 +162,7 @@ class CompiledOperation:
             spec.input, confirmation=self.confirmation_required, language=language
         )
         self._builder = RequestBuilder(spec, language=language)
+        self._raw_limit = raw_body_limit(spec.response)
         self._selector = ResponseSelector(
             select=spec.response.select,
             max_items=spec.response.max_items,
@@ -189,7 +191,7 @@ class CompiledOperation:
             timeout_ms=execution.timeout_ms,
             retries=execution.retries,
             idempotency_header=idempotency.header if idempotency else None,
-            max_response_bytes=raw_body_limit(self.spec.response),
+            max_response_bytes=self._raw_limit,
         )
 
     def select(
