@@ -18,7 +18,7 @@ from control_plane.routes import route_handlers
 from control_plane.state import AppState
 from shared.crypto import KeyHasher, SecretBox
 from shared.db import Connection, open_pool
-from shared.engine.outbound import UpstreamExecutor
+from shared.engine.outbound import ExecutorConfig, UpstreamExecutor
 from shared.engine.ssrf import AddressPolicy
 from shared.last_use import LastUseRecorder
 from shared.logging import configure_logging
@@ -62,7 +62,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 AddressPolicy.from_settings(
                     allow_private_upstreams=settings.allow_private_upstreams,
                     upstream_allowlist=settings.upstream_allowlist,
-                )
+                ),
+                ExecutorConfig.from_settings(settings),
             ),
         )
         await state.executor.start()

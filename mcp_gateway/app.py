@@ -57,7 +57,7 @@ from mcp_gateway.upkeep.replicas import Replicas
 from mcp_gateway.upkeep.retention import Pruner
 from shared.crypto import KeyHasher, SecretBox
 from shared.db import open_pool
-from shared.engine.outbound import UpstreamExecutor
+from shared.engine.outbound import ExecutorConfig, UpstreamExecutor
 from shared.engine.spec import RateLimit
 from shared.engine.ssrf import AddressPolicy
 from shared.last_use import LastUseRecorder
@@ -191,7 +191,8 @@ class GatewayApp:
                 AddressPolicy.from_settings(
                     allow_private_upstreams=settings.allow_private_upstreams,
                     upstream_allowlist=settings.upstream_allowlist,
-                )
+                ),
+                ExecutorConfig.from_settings(settings),
             ),
             replicas=replicas,
             limiter=RateLimiter(replicas.share),

@@ -45,6 +45,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     idempotency_retention_s: int = 86400  # how long a completed idempotent call is replayed
     allow_private_upstreams: bool = False
     upstream_allowlist: tuple[str, ...] = ()
+    # What one upstream answer may cost (docs/architecture.md, "Upstream answers"):
+    # the ceiling of every raw body limit, and the JSON values and keys it may decode to.
+    upstream_max_response_bytes: int = 10 * 1024 * 1024
+    upstream_max_json_nodes: int = 250_000
     allowed_origins: tuple[str, ...] = ()
     public_path_prefix: str = ""
     language: Literal["en", "ru"] = "en"
@@ -138,6 +142,10 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     for name in ("call_log_retention_days", "audit_log_retention_days", "approvals_retention_days"):
         if not 0 <= getattr(settings, name) <= 36_500:
             raise SettingsError(f"CRANK_{name.upper()} must be between 0 and 36500")
+    if not 1024 <= settings.upstream_max_response_bytes <= 104_857_600:
+        raise SettingsError("CRANK_UPSTREAM_MAX_RESPONSE_BYTES must be between 1024 and 104857600")
+    if not 1000 <= settings.upstream_max_json_nodes <= 10_000_000:
+        raise SettingsError("CRANK_UPSTREAM_MAX_JSON_NODES must be between 1000 and 10000000")
     if not 1 <= settings.mcp_tools_page_size <= 10_000:
         raise SettingsError("CRANK_MCP_TOOLS_PAGE_SIZE must be between 1 and 10000")
     return settings

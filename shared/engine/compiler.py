@@ -8,7 +8,8 @@ control plane's try-it::
     BuiltRequest ──call──▶ Selected | ToolError
         send (shared.engine.outbound: SSRF guard, timeout, safe retries), then
         select from the answer (shared.engine.response_selector); every failure is a
-        ToolError (shared.engine.upstream), every text masked (shared.engine.masking)
+        ToolError (shared.engine.upstream), every text masked (shared.engine.masking);
+        the answer's size bounded (shared.engine.answer_limits)
 
 Everything that can be compiled is compiled once, in ``compile_operation``:
 the input schema's validator (JSON Schema 2020-12 with format checking and a
@@ -30,6 +31,8 @@ finds) are reported in one ``invalid_arguments`` error, each as ``$.json.path: e
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import itertools
 import time
 from collections.abc import Mapping
@@ -39,6 +42,7 @@ from jsonschema.exceptions import ValidationError
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 
+from shared.engine.answer_limits import OFF_LOOP_BYTES, raw_body_limit
 from shared.engine.argument_limits import child_path, oversized
 from shared.engine.errors import Language, ToolError, invalid_arguments
 from shared.engine.masking import NO_SECRETS, Masker
@@ -163,6 +167,7 @@ class CompiledOperation:
             spec.input, confirmation=self.confirmation_required, language=language
         )
         self._builder = RequestBuilder(spec, language=language)
+        self._raw_limit = raw_body_limit(spec.response)
         self._selector = ResponseSelector(
             select=spec.response.select,
             max_items=spec.response.max_items,
@@ -191,6 +196,7 @@ class CompiledOperation:
             timeout_ms=execution.timeout_ms,
             retries=execution.retries,
             idempotency_header=idempotency.header if idempotency else None,
+            max_response_bytes=self._raw_limit,
         )
 
     def select(
@@ -217,8 +223,20 @@ class CompiledOperation:
         upstream.response = response
         upstream.attempts = response.attempts
         upstream.elapsed_ms = response.elapsed_ms
+        select = functools.partial(
+            self._selector.select,
+            response.status,
+            response.headers,
+            response.body,
+            masker=masker,
+            max_nodes=executor.config.max_json_nodes,
+        )
         try:
-            return self.select(response.status, response.headers, response.body, masker=masker)
+            if len(response.body) <= OFF_LOOP_BYTES:
+                return select()
+            # Decoding, selecting and masking a large answer is CPU work: in a
+            # worker thread the loop keeps serving (docs/architecture.md, "Upstream answers").
+            return await asyncio.to_thread(select)
         except ToolError as exc:
             exc.details["attempts"] = response.attempts
             raise

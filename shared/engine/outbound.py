@@ -43,12 +43,15 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
+from shared.engine.answer_limits import DEFAULT_MAX_JSON_NODES
 from shared.engine.errors import ErrorCode
 from shared.engine.ssrf import AddressPolicy
 
 if TYPE_CHECKING:
     from aiohttp.connector import SocketFactoryType
     from aiohttp.tracing import Trace
+
+    from shared.settings import Settings
 
 __all__ = [
     "Delivery",
@@ -139,6 +142,8 @@ class UpstreamRequest:
     timeout_ms: int = 10_000  # per attempt
     retries: int = 2  # extra attempts where repeating is safe
     idempotency_header: str | None = None  # its presence makes POST/PATCH retry-safe
+    # This call's raw body limit (the operation's); the executor's ceiling caps it.
+    max_response_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -163,16 +168,24 @@ class ExecutorConfig:
 
     limit: int = 200  # connections in total
     limit_per_host: int = 20  # one slow upstream cannot take more than this
-    max_response_bytes: int = 10 * 1024 * 1024  # raw body limit (not response.max_bytes)
+    # The ceiling of every call's raw body limit (not response.max_bytes).
+    max_response_bytes: int = 10 * 1024 * 1024
+    # JSON values and keys one answer may decode to; read by the upstream step's
+    # selection (docs/architecture.md, "Upstream answers").
+    max_json_nodes: int = DEFAULT_MAX_JSON_NODES
     max_redirects: int = 5
     retry_after_cap_s: float = 10.0
     backoff_base_s: float = 0.1
     backoff_cap_s: float = 2.0
-    # Explicit only; the environment is never read (trust_env=False). Caveat: with
-    # a proxy the guard judges the proxy's address, not the target's, so the
-    # proxy must enforce egress itself until a target check is added here.
-    proxy: str | None = None
     user_agent: str = "Crank"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ExecutorConfig:
+        """The answer limits the deployment set (``CRANK_UPSTREAM_MAX_*``)."""
+        return cls(
+            max_response_bytes=settings.upstream_max_response_bytes,
+            max_json_nodes=settings.upstream_max_json_nodes,
+        )
 
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
@@ -271,6 +284,9 @@ class UpstreamExecutor:
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
+            # No proxy at all, from the environment or configured: through a proxy the
+            # guard would judge the proxy's address, never the target's
+            # (docs/architecture.md, "Outbound calls").
             trust_env=False,
             # One session serves every agent and workspace: a cookie an upstream
             # sets must never ride along on another caller's request.
@@ -349,6 +365,12 @@ class UpstreamExecutor:
                 raise error
             await asyncio.sleep(wait)
 
+    def raw_limit(self, request: UpstreamRequest) -> int:
+        """The raw body limit of ``request``: its own, capped by the executor's ceiling."""
+        ceiling = self.config.max_response_bytes
+        own = request.max_response_bytes
+        return ceiling if own is None else min(own, ceiling)
+
     def _backoff(self, attempt: int) -> float:
         """Exponential backoff with equal jitter: half fixed, half random."""
         ceiling = min(self.config.backoff_cap_s, self.config.backoff_base_s * 2.0 ** (attempt - 1))
@@ -371,11 +393,10 @@ class UpstreamExecutor:
                 headers=list(headers),
                 data=body,
                 allow_redirects=False,
-                proxy=self.config.proxy,
             ) as resp:
                 location = resp.headers.get("Location")
                 if resp.status not in _REDIRECTS or not location:
-                    raw = await _read_limited(resp, self.config.max_response_bytes)
+                    raw = await _read_limited(resp, self.raw_limit(request))
                     return resp.status, tuple(resp.headers.items()), raw, str(url)
                 status = resp.status
             method, url, headers, body = _redirect(status, method, url, headers, body, location)

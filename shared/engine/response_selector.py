@@ -30,6 +30,10 @@ Further decisions:
   also kept on 503 (upstream_unavailable), the other status that sends it.
 - ``max_bytes`` counts the selected value's compact JSON, before the
   ``{"items": [...]}`` wrapping of ``structured_content``.
+- A success body that could decode to more than ``max_nodes`` JSON values
+  and keys is upstream_response_too_large before it is decoded, and one
+  nested deeper than the decoder goes is upstream_response_invalid
+  (docs/architecture.md, "Upstream answers").
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ import jmespath.exceptions
 import msgspec
 
 from shared.engine import outbound
+from shared.engine.answer_limits import DEFAULT_MAX_JSON_NODES, json_node_bound
 from shared.engine.errors import ErrorCode, Language, ToolError
 from shared.engine.jmes import compile_expression
 from shared.engine.masking import NO_SECRETS, Masker
@@ -191,12 +196,16 @@ class ResponseSelector:
         self._max_bytes = max_bytes
         self._language: Language = language
 
-    def _error(self, code: ErrorCode, status: int, body: bytes, masker: Masker) -> ToolError:
-        return ToolError.of(
-            code,
-            language=self._language,
-            details={"upstream_status": status, "upstream_text": excerpt(body, masker)},
-        )
+    def _error(
+        self, code: ErrorCode, status: int, body: bytes, masker: Masker, reason: str | None = None
+    ) -> ToolError:
+        details: dict[str, Any] = {
+            "upstream_status": status,
+            "upstream_text": excerpt(body, masker),
+        }
+        if reason is not None:
+            details["reason"] = reason
+        return ToolError.of(code, language=self._language, details=details)
 
     def select(
         self,
@@ -205,19 +214,28 @@ class ResponseSelector:
         body: bytes,
         *,
         masker: Masker = NO_SECRETS,
+        max_nodes: int = DEFAULT_MAX_JSON_NODES,
     ) -> Selected:
-        """``masker`` hides the secrets of the request in whatever is selected or quoted."""
+        """``masker`` hides the secrets of the request in whatever is selected or quoted;
+        ``max_nodes`` bounds the JSON values and keys the body may decode to."""
         if not 200 <= status < 300:
             raise error_for_status(status, headers, body, masker=masker, language=self._language)
         if not body.strip():
             return Selected(None, False)
+        # Every value or key takes a byte at least: a short body needs no count.
+        if len(body) >= max_nodes and json_node_bound(body) > max_nodes:
+            reason = f"more than {max_nodes} JSON values and keys"
+            raise self._error("upstream_response_too_large", status, body, masker, reason)
         try:
             data = _decoder.decode(body)
+        except RecursionError:  # nested deeper than the decoder goes
+            raise self._error("upstream_response_invalid", status, body, masker) from None
         except msgspec.DecodeError:
             if self._select is not None:
                 raise self._error("upstream_response_invalid", status, body, masker) from None
-            text = masker.text(body.decode("utf-8", errors="replace"))
-            return self._fit_text(text, status, body, masker)
+            # Only the head can fit: mask (before any cut) and keep that much.
+            text, cut = masker.head(body, self._max_bytes)
+            return self._fit_text(text, cut, status, body, masker)
         try:
             if self._select is not None:
                 data = self._select.search(data)
@@ -246,10 +264,11 @@ class ResponseSelector:
             size = _size(value)
         return Selected(value, truncated)
 
-    def _fit_text(self, text: str, status: int, body: bytes, masker: Masker) -> Selected:
+    def _fit_text(
+        self, text: str, truncated: bool, status: int, body: bytes, masker: Masker
+    ) -> Selected:
         value = {"text": text}
         size = _size(value)
-        truncated = False
         while size > self._max_bytes:
             if not text:
                 raise self._error("upstream_response_too_large", status, body, masker)

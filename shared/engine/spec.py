@@ -43,6 +43,7 @@ class ResponseSpec(_Spec, kw_only=True):
     select: str | None = None  # JMESPath over the upstream JSON
     max_items: int = 50
     max_bytes: int = 65536
+    max_raw_bytes: int | None = None  # None: derived from max_bytes (shared.engine.answer_limits)
     output_schema: dict[str, Any] | None = None
 
 

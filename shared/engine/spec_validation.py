@@ -23,6 +23,7 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
+from shared.engine.answer_limits import MAX_RAW_BYTES
 from shared.engine.schema_keywords import SCHEMA_CHECK_FORMAT_CHECKER, UNEVALUATED_WITH_PATTERNS
 from shared.engine.schema_patterns import pattern_problem
 from shared.engine.spec import AgentSpec, OperationSpec
@@ -408,6 +409,10 @@ def validate_operation(spec: OperationSpec) -> list[FieldError]:
         errors.append(FieldError("response.max_items", f"must be between 1 and {MAX_ITEMS}"))
     if not 256 <= response.max_bytes <= MAX_BYTES:
         errors.append(FieldError("response.max_bytes", f"must be between 256 and {MAX_BYTES}"))
+    if response.max_raw_bytes is not None and not 1024 <= response.max_raw_bytes <= MAX_RAW_BYTES:
+        errors.append(
+            FieldError("response.max_raw_bytes", f"must be between 1024 and {MAX_RAW_BYTES}")
+        )
     if response.output_schema is not None:
         errors += _check_schema(response.output_schema, "response.output_schema", root_object=False)
 

@@ -20,6 +20,14 @@ def database_url_for(server_url: str, name: str) -> str:
     return make_conninfo(**params)  # type: ignore[arg-type]
 
 
+def emptied_run_database(server_url: str, name: str) -> str:
+    """The URL of the run's database ``name``, emptied first (for module-scoped worlds)."""
+    url = database_url_for(server_url, name)
+    with psycopg.connect(url, autocommit=True) as conn:
+        reset_database(conn, name)
+    return url
+
+
 def admin_sql(server_url: str, sql: str) -> None:
     """Run one statement outside a transaction (CREATE/DROP DATABASE)."""
     with psycopg.connect(server_url, autocommit=True) as conn:

@@ -60,7 +60,9 @@ from tests.support.tool_calls import (
 
 PATH = "/mcp/v1/default/misbehave"
 MARK = "UPSTREAM-BODY-MARK-5e1f"
-RAW_LIMIT = 10 * 1024 * 1024  # ExecutorConfig.max_response_bytes, the gateway's default
+RAW_LIMIT = (
+    10 * 1024 * 1024
+)  # the default ceiling of every raw limit (CRANK_UPSTREAM_MAX_RESPONSE_BYTES)
 ELSEWHERE = frozenset(
     {
         "confirmation_required",
