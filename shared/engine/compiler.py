@@ -22,7 +22,8 @@ everything it does not accept), plus ``_crank_confirmation_token``
 (a ``ct_...`` string) when the operation requires confirmation. Up to
 ``MAX_REPORTED_ERRORS`` failures are reported in one ``invalid_arguments``
 error, each as ``$.json.path: explanation`` so the model can correct itself.
-``validate`` returns the arguments without the token; read the token with
+``validate`` returns the arguments without the token, whole numbers as
+integers (``shared.engine.canonical.normal_numbers``); read the token with
 ``confirmation_token`` before.
 """
 
@@ -38,6 +39,7 @@ from jsonschema.exceptions import ValidationError
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 
+from shared.engine.canonical import normal_numbers
 from shared.engine.errors import Language, ToolError, invalid_arguments
 from shared.engine.masking import NO_SECRETS, Masker
 from shared.engine.outbound import OutboundError, UpstreamExecutor, UpstreamRequest
@@ -69,7 +71,8 @@ def _sort_key(error: ValidationError) -> tuple[str, str]:
     return (error.json_path, str(error.validator))
 
 
-def _child(path: str, name: str) -> str:
+def child_path(path: str, name: str) -> str:
+    """``path`` (a JSON path like jsonschema's) extended by the property ``name``."""
     return (
         f"{path}.{name}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else f"{path}[{name!r}]"
     )
@@ -82,7 +85,7 @@ def _problems(error: ValidationError) -> list[tuple[str, str, str]]:
     if rule == "required" and isinstance(instance, dict):
         names = error.validator_value if isinstance(error.validator_value, list) else []
         missing = [p for p in names if isinstance(p, str) and p not in instance]
-        return [(_child(error.json_path, p), rule, "is required") for p in missing]
+        return [(child_path(error.json_path, p), rule, "is required") for p in missing]
     if rule == "additionalProperties" and isinstance(instance, dict):
         declared = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
         patterns = (
@@ -93,7 +96,7 @@ def _problems(error: ValidationError) -> list[tuple[str, str, str]]:
         ]
         if extras:
             return [
-                (_child(error.json_path, k), rule, "is not an allowed argument") for k in extras
+                (child_path(error.json_path, k), rule, "is not an allowed argument") for k in extras
             ]
     return [(error.json_path, rule, _explanation(error))]
 
@@ -129,6 +132,8 @@ class ArgumentValidator:
             raise invalid_arguments(
                 [("$", "type", "arguments must be a JSON object")], language=self._language
             )
+        # One number form from here on (docs/architecture.md, "Argument numbers").
+        arguments = normal_numbers(arguments)
         if self._fast_check is not None and self._fast_check(arguments):
             return {k: v for k, v in arguments.items() if k != CONFIRMATION_ARGUMENT}
         try:
@@ -229,6 +234,7 @@ __all__ = [
     "ArgumentValidator",
     "CompiledOperation",
     "ToolError",
+    "child_path",
     "compile_operation",
     "confirmation_token",
 ]
