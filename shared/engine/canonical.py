@@ -35,14 +35,20 @@ def normal_number(value: float) -> int | float:
     return value
 
 
+_WALKED = frozenset((float, dict, list))  # what decoded JSON holds that may change
+
+
 def normal_numbers(value: Any) -> Any:
-    """``value`` with every whole float replaced by its integer (see ``normal_number``)."""
-    if isinstance(value, float):
+    """``value`` with every whole float replaced by its integer (see ``normal_number``).
+    Strings, integers, booleans and null are passed over without a call: a 1 MiB
+    list of them takes milliseconds."""
+    kind = type(value)
+    if kind is float:
         return normal_number(value)
-    if isinstance(value, dict):
-        return {key: normal_numbers(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [normal_numbers(item) for item in value]
+    if kind is dict:
+        return {k: normal_numbers(v) if type(v) in _WALKED else v for k, v in value.items()}
+    if kind is list:
+        return [normal_numbers(v) if type(v) in _WALKED else v for v in value]
     return value
 
 
