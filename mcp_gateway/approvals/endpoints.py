@@ -11,8 +11,10 @@ allowed one gets CORS headers on every answer, and a preflight ``OPTIONS``
 is answered before auth, as browsers send it without credentials) → bearer
 key (401) → workspace and agent published (404) → an approval key of this
 agent (403: an agent key, another agent's key) → HTTP method (405) → the
-body (400) → the row: unknown or another agent's (404), not pending (409,
-with its status). Every refusal is a ProtocolError, answered here as
+body (400) → the row: an id not of the shape ``approval_<32 hex>`` (404,
+before any query), unknown or another agent's (404), not pending (409, with
+its status). Every statement is scoped to the key's agent
+(mcp_gateway.approvals.store). Every refusal is a ProtocolError, answered here as
 ``{"code", "message"}`` like the admin API's errors.
 """
 
@@ -118,15 +120,28 @@ async def _serve(
         if action is not None:
             assert approval_id is not None
             decision = await _decision_body(receive, headers, action)
-            return await _decide(state, agent, approval_id, headers, action, decision)
+            return await _decide(state, agent, _known_shape(approval_id), headers, action, decision)
         if approval_id is not None:
-            return await _read(state, agent.id, approval_id)
+            return await _read(state, agent.id, _known_shape(approval_id))
         return await _list(state, agent.id, scope)
+    except psycopg.DataError:
+        # A value the database refuses (the checks above should have caught it):
+        # the request's fault, so 400, and logged, so the missing check gets added.
+        log.warning("approvals_value_refused", exc_info=True)
+        raise ProtocolError(400, "the request holds a value that cannot be stored") from None
     except (psycopg.OperationalError, psycopg.InterfaceError):
         log.warning("approvals_database_unavailable", exc_info=True)
         raise ProtocolError(
             503, "the database is not reachable now; retry", headers=_RETRY
         ) from None
+
+
+def _known_shape(approval_id: str) -> str:
+    """The id when it has the shape of one; a 404 before any query otherwise (a NUL,
+    say, which PostgreSQL text cannot hold)."""
+    if not store.is_approval_id(approval_id):
+        raise ProtocolError(404, "no such approval for this agent")
+    return approval_id
 
 
 async def _decision_body(receive: Receive, headers: Headers, action: str) -> DecisionBody:
@@ -141,6 +156,10 @@ async def _decision_body(receive: Receive, headers: Headers, action: str) -> Dec
         body = _decision_decoder.decode(raw)
     except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
         raise ProtocolError(400, f"invalid decision body: {exc}") from None
+    if body.note is not None and "\x00" in body.note:
+        raise ProtocolError(
+            400, "invalid decision body: note must not contain NUL characters - at `$.note`"
+        )
     expected = "yes" if action == "approve" else "no"
     if body.approve != expected:
         raise ProtocolError(
@@ -167,7 +186,7 @@ async def _decide(
     async with state.pool.connection() as conn:
         record = await store.decide(conn, decision)
         if record is None:
-            await store.expire(conn, approval_id)  # past its time: say so, as expired
+            await store.expire(conn, agent.id, approval_id)  # past its time: say so, as expired
             record = await store.get(conn, agent.id, approval_id)
             if record is None:
                 raise ProtocolError(404, f"no approval {approval_id} for this agent")
@@ -183,7 +202,7 @@ async def _decide(
 
 async def _read(state: GatewayState, agent_id: int, approval_id: str) -> bytes:
     async with state.pool.connection() as conn:
-        await store.expire(conn, approval_id)
+        await store.expire(conn, agent_id, approval_id)
         record = await store.get(conn, agent_id, approval_id)
     if record is None:
         raise ProtocolError(404, f"no approval {approval_id} for this agent")

@@ -24,7 +24,6 @@ left for its lease to expire, and nothing is accounted.
 
 from __future__ import annotations
 
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -32,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import re2
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
@@ -89,8 +89,10 @@ def _matches(stored: Any, actual: Any) -> bool:
     """``actual`` equals ``stored`` where each masked run in ``stored`` stands for any text."""
     if not isinstance(stored, str) or not isinstance(actual, str) or MASK not in stored:
         return bool(stored == actual)
-    pattern = ".+".join(re.escape(part) for part in stored.split(MASK))
-    return re.fullmatch(pattern, actual, flags=re.DOTALL) is not None
+    # RE2: one ".+" per masked run, and a backtracking engine would take
+    # polynomial time in the number of runs (docs/architecture.md, "Schema patterns").
+    pattern = "(?s)" + ".+".join(re2.escape(part) for part in stored.split(MASK))
+    return re2.fullmatch(pattern, actual) is not None
 
 
 def same_request(stored: Mapping[str, Any], built: BuiltRequest) -> bool:

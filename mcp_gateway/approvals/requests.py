@@ -9,6 +9,9 @@ still active. Concurrent identical calls on any replicas meet at the
 database's unique index ``approvals_one_active``: one inserts, the others
 find its row. A pending row past its time is expired on the way, and the
 call makes a new one.
+
+Arguments with a NUL character anywhere (a string or a key) are refused as
+``invalid_arguments`` naming the argument: jsonb cannot store U+0000.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from mcp_gateway.approvals import store
 from mcp_gateway.catalog.snapshot import Tool
 from mcp_gateway.pipeline.context import ToolCallContext
 from shared.engine.canonical import arguments_hash
+from shared.engine.errors import invalid_arguments
 from shared.engine.request_builder import BuiltRequest
 
 _ROUNDS = 5  # an active row can finish between the insert and the look-up; try again
@@ -49,8 +53,13 @@ def approval_required(prefix: str, workspace: str, agent: str, approval_id: str)
 async def request_approval(
     ctx: ToolCallContext, tool: Tool, arguments: dict[str, Any], built: BuiltRequest
 ) -> dict[str, Any]:
-    """The seed's approval_required structure for a new or the existing active approval."""
+    """The seed's approval_required structure for a new or the existing active approval;
+    ``invalid_arguments`` for arguments the approvals table cannot hold."""
     agent = ctx.agent
+    unstorable = store.nul_path(arguments)
+    if unstorable is not None:
+        explanation = "NUL characters (\\u0000) cannot be held for approval"
+        raise invalid_arguments([(unstorable, "nul", explanation)], language=ctx.language)
     new = store.NewApproval(
         workspace_id=agent.workspace_id,
         agent_id=agent.id,
@@ -73,7 +82,7 @@ async def request_approval(
                     continue  # it finished in between: insert again
                 approval_id, overdue = found
                 if overdue:
-                    await store.expire(conn, approval_id)
+                    await store.expire(conn, agent.id, approval_id)
                     continue
             return approval_required(
                 ctx.public_path_prefix, agent.workspace, agent.slug, approval_id

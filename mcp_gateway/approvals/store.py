@@ -9,6 +9,10 @@ along an edge outside the transition table (docs/architecture.md,
 says what it wants (``WHERE status = 'pending'``) and reads the outcome from
 ``RETURNING``: zero rows means the row was not in the state asked for.
 
+Every statement the approval-key endpoints run names the agent whose key
+is used, so one agent's key can neither read nor change (expire included)
+another agent's rows; ids and cursors are checked for shape before any query.
+
 A pending row past ``expires_at`` is expired by whoever meets it first: the
 sweep (``expire_overdue``), a list or read (``expire_overdue_for_agent``), a
 decision, or a repeat tools/call of the same arguments.
@@ -16,6 +20,7 @@ decision, or a repeat tools/call of the same arguments.
 
 from __future__ import annotations
 
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,6 +32,7 @@ from psycopg.types.json import Jsonb
 from mcp_gateway.approvals.leases import CHANNEL
 from shared.crypto import b64url_decode, b64url_encode
 from shared.db import Connection
+from shared.engine.argument_limits import child_path
 
 Status = Literal["pending", "approved", "denied", "expired", "executing", "completed", "failed"]
 STATUSES: frozenset[str] = frozenset(
@@ -65,12 +71,55 @@ _RECORD = """id, status, tool, version, arguments, created_at, expires_at, decid
 _IDENTITY = "agent_id = %s AND operation_id = %s AND version = %s AND arguments_hash = %s"
 
 
+def nul_path(arguments: dict[str, Any]) -> str | None:
+    """The JSON path of the first string or key holding NUL (U+0000), which a jsonb
+    column cannot store; None when there is none."""
+    stack: list[tuple[Any, str]] = [(arguments, "$")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, str):
+            if "\x00" in node:
+                return where
+        elif isinstance(node, dict):
+            for key, item in node.items():
+                child = child_path(where, key)
+                if "\x00" in key:
+                    return child
+                stack.append((item, child))
+        elif isinstance(node, list):
+            stack.extend((item, f"{where}[{n}]") for n, item in enumerate(node))
+    return None
+
+
+def without_nul(value: Any) -> Any:
+    """``value`` with every NUL in its strings and keys replaced by U+FFFD, so jsonb can
+    store it: an upstream's answer, recorded as the approval's result, is kept (marked
+    where it was changed) rather than lost to a refused write and sent again."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {without_nul(key): without_nul(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [without_nul(item) for item in value]
+    return value
+
+
 def _record(row: dict[str, Any]) -> ApprovalRecord:
     return ApprovalRecord(**{f: row[f] for f in ApprovalRecord.__struct_fields__})
 
 
+_ID_HEX_BYTES = 16
+_APPROVAL_ID = re.compile(rf"approval_[0-9a-f]{{{2 * _ID_HEX_BYTES}}}")
+
+
 def new_approval_id() -> str:
-    return "approval_" + secrets.token_hex(16)
+    return "approval_" + secrets.token_hex(_ID_HEX_BYTES)
+
+
+def is_approval_id(text: str) -> bool:
+    """Whether ``text`` has the shape ``new_approval_id`` makes; checked before any query,
+    so a NUL or an overlong id never reaches the database."""
+    return _APPROVAL_ID.fullmatch(text) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,12 +178,12 @@ async def find_active(conn: Connection, new: NewApproval) -> tuple[str, bool] | 
     return None if row is None else (str(row["id"]), bool(row["overdue"]))
 
 
-async def expire(conn: Connection, approval_id: str) -> None:
-    """pending → expired for one row, if it is pending and past its time."""
+async def expire(conn: Connection, agent_id: int, approval_id: str) -> None:
+    """pending → expired for one row of this agent, if it is pending and past its time."""
     await conn.execute(
         """UPDATE approvals SET status = 'expired'
-            WHERE id = %s AND status = 'pending' AND expires_at <= now()""",
-        (approval_id,),
+            WHERE id = %s AND agent_id = %s AND status = 'pending' AND expires_at <= now()""",
+        (approval_id, agent_id),
     )
 
 
@@ -177,6 +226,10 @@ class BadCursor(ValueError):
     pass
 
 
+_BAD_CURSOR = "cursor is not one this endpoint returned"
+_CURSOR_TEXT = re.compile(r"[A-Za-z0-9_-]{1,200}")  # unpadded base64url, with room to spare
+
+
 _cursor_decoder = msgspec.json.Decoder(tuple[datetime, str])
 _encoder = msgspec.json.Encoder()
 
@@ -187,11 +240,18 @@ def encode_cursor(record: ApprovalRecord) -> str:
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The (created_at, id) a cursor of ``encode_cursor`` holds; BadCursor for anything else
+    (base64 decoding alone would skip characters outside its alphabet, a NUL say)."""
+    if _CURSOR_TEXT.fullmatch(cursor) is None:
+        raise BadCursor(_BAD_CURSOR)
     try:
         raw = b64url_decode(cursor)
-        return _cursor_decoder.decode(raw)
+        created_at, approval_id = _cursor_decoder.decode(raw)
     except (ValueError, msgspec.DecodeError) as exc:
-        raise BadCursor("cursor is not one this endpoint returned") from exc
+        raise BadCursor(_BAD_CURSOR) from exc
+    if created_at.tzinfo is None or not is_approval_id(approval_id):
+        raise BadCursor(_BAD_CURSOR)
+    return created_at, approval_id
 
 
 async def list_page(

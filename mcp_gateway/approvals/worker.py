@@ -33,7 +33,9 @@ the row at once: the executor already retried where repeating is safe.
 
 Finishing is fenced on ``(id, attempt, status, lease_owner)``: a stale worker
 writes nothing. A database error while finishing is retried while the lease
-is still ours; after that the row is left to be re-claimed.
+is still ours; after that the row is left to be re-claimed. So the payload is
+made storable first: a NUL (U+0000) in the upstream's answer, which jsonb
+refuses, becomes U+FFFD, or every attempt would call the upstream again.
 
 Shutdown (SIGTERM). ``stop_claiming`` runs on the signal; ``stop`` lets
 running calls finish for ``grace_s`` (``CRANK_APPROVAL_SHUTDOWN_GRACE_S``),
@@ -61,7 +63,7 @@ from typing import Literal
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
-from mcp_gateway.approvals import leases
+from mcp_gateway.approvals import leases, store
 from mcp_gateway.approvals.execution import Deferred, Outcome, Performer, exhausted_payload
 from mcp_gateway.approvals.leases import Claimed
 from mcp_gateway.catalog.snapshot import Snapshot
@@ -301,8 +303,9 @@ class ApprovalWorker:
             log.info("approval_failed", approval_id=row.id, attempt=row.attempt, error_code=code)
 
     async def _write(self, row: Claimed, outcome: Outcome) -> bool:
+        payload = store.without_nul(outcome.payload)  # else a refused write, a second call
         async with self._pool.connection() as conn:
-            return await leases.finish(conn, row, self.owner, outcome.status, outcome.payload)
+            return await leases.finish(conn, row, self.owner, outcome.status, payload)
 
     async def _release(self, row: Claimed) -> None:
         async def release() -> str | None:

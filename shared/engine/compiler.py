@@ -25,7 +25,8 @@ everything it does not accept), plus ``_crank_confirmation_token``
 (a ``ct_...`` string) when the operation requires confirmation. Up to
 ``MAX_REPORTED_ERRORS`` failures (of the first ``_ERRORS_LOOKED_AT`` jsonschema
 finds) are reported in one ``invalid_arguments`` error, each as ``$.json.path: explanation`` so the model can correct itself.
-``validate`` returns the arguments without the token; read the token with
+``validate`` returns the arguments without the token, whole numbers as
+integers (``shared.engine.canonical.normal_numbers``); read the token with
 ``confirmation_token`` before.
 """
 
@@ -44,6 +45,7 @@ from referencing.exceptions import Unresolvable
 
 from shared.engine.answer_limits import OFF_LOOP_BYTES, raw_body_limit
 from shared.engine.argument_limits import child_path, oversized
+from shared.engine.canonical import normal_numbers
 from shared.engine.errors import Language, ToolError, invalid_arguments
 from shared.engine.masking import NO_SECRETS, Masker
 from shared.engine.outbound import OutboundError, UpstreamExecutor, UpstreamRequest
@@ -134,6 +136,8 @@ class ArgumentValidator:
         too_large = oversized(arguments)
         if too_large is not None:
             raise invalid_arguments([too_large], language=self._language)
+        # One number form from here on (docs/architecture.md, "Argument numbers").
+        arguments = normal_numbers(arguments)
         if self._fast_check is not None and self._fast_check(arguments):
             return {k: v for k, v in arguments.items() if k != CONFIRMATION_ARGUMENT}
         try:
@@ -252,6 +256,7 @@ __all__ = [
     "ArgumentValidator",
     "CompiledOperation",
     "ToolError",
+    "child_path",
     "compile_operation",
     "confirmation_token",
 ]

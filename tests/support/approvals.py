@@ -124,6 +124,13 @@ async def publish_shop(client: Client, admin: str, port: int, *, timeout_ms: int
     await publish_agent(client, admin, "sales", [TOOL])
 
 
+async def new_key(client: Client, admin: str, agent: str, kind: str) -> str:
+    """A new API key of ``kind`` (agent or approval) for ``agent`` in workspace default."""
+    body = {"agent": agent, "kind": kind}
+    created = await ok(await client.post(f"{BASE}/keys", json=body, headers=auth(admin)))
+    return str(created.json()["key"])
+
+
 async def insert_approved(
     database_url: str,
     count: int = 1,
@@ -156,7 +163,7 @@ async def insert_approved(
                 request["url"] += "?extra=1"
             rows.append(
                 (
-                    f"approval_test{n:06d}",
+                    f"approval_{n:032x}",  # the shape new_approval_id makes
                     op["workspace_id"],
                     op["agent_id"],
                     op["id"],

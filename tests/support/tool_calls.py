@@ -5,10 +5,12 @@ control-plane API)."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import httpx
 
+from shared.engine.request_builder import CONFIRMATION_ARGUMENT, CONFIRMATION_TOKEN_PATTERN
 from tests.support.api import auth
 from tests.support.mcp import META, modern
 
@@ -141,3 +143,20 @@ def assert_tool_error(result: dict[str, Any], code: str) -> dict[str, Any]:
     if "retry_after_s" in error:
         assert error["recoverable"] is True
     return error
+
+
+_TOKEN_IN_MESSAGE = re.compile(r'_crank_confirmation_token="(ct_[A-Za-z0-9_-]+)"')
+
+
+def token_of(result: dict[str, Any]) -> str:
+    """The token of a ``confirmation_required`` answer, read from its message."""
+    error = assert_tool_error(result, "confirmation_required")
+    found = _TOKEN_IN_MESSAGE.search(error["message"])
+    assert found, error
+    assert re.fullmatch(CONFIRMATION_TOKEN_PATTERN, found[1])
+    return found[1]
+
+
+def confirmed(arguments: dict[str, Any], token: str) -> dict[str, Any]:
+    """``arguments`` with the confirmation token added."""
+    return {**arguments, CONFIRMATION_ARGUMENT: token}

@@ -28,7 +28,7 @@ from shared.engine.canonical import arguments_hash
 from shared.engine.masking import MASK
 from shared.keys import display_prefix
 from tests.support.api import Client, auth
-from tests.support.approvals import behind_the_trigger
+from tests.support.approvals import behind_the_trigger, new_key
 from tests.support.gateway import Gateway, demo_gateway, run_gateway, serve_upstream, wait_until
 from tests.support.mcp import curl_client
 from tests.support.processes import free_port
@@ -138,12 +138,6 @@ class Sales:
     draft_approval_key: str  # "draft": an agent that is not published
 
 
-async def new_key(client: Client, admin: str, agent: str, kind: str) -> str:
-    body = {"agent": agent, "kind": kind}
-    created = await ok(await client.post(f"{BASE}/keys", json=body, headers=auth(admin)))
-    return str(created.json()["key"])
-
-
 @pytest.fixture
 async def sales(client: Client, admin_token: str, upstream: Upstream) -> Sales:
     h = auth(admin_token)
@@ -179,12 +173,6 @@ async def gateway(
     env = gateway_env(upstream, CRANK_ALLOWED_ORIGINS="https://approve.example.com")
     async with run_gateway(database_url, tmp_path, extra_env=env) as running:
         yield running
-
-
-@pytest.fixture
-async def http(gateway: Gateway) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=20) as client:
-        yield client
 
 
 def bearer(key: str, **extra: str) -> dict[str, str]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import re
 import secrets
 import time
 from collections import Counter
@@ -47,17 +46,18 @@ from tests.support.tool_calls import (
     ERAS,
     Caller,
     assert_tool_error,
+    confirmed,
     legacy_headers,
     ok,
     open_session,
     publish_agent,
     publish_operation,
     rpc,
+    token_of,
 )
 
 PATH = "/mcp/v1/default/ops"
 OTHER_PATH = "/mcp/v1/default/other-ops"
-TOKEN_IN_MESSAGE = re.compile(r'_crank_confirmation_token="(ct_[A-Za-z0-9_-]+)"')
 ORDER_ID = {"type": "string", "pattern": "^[a-z0-9-]{1,80}$", "description": "Order id"}
 B_TTL_S = 60
 
@@ -178,19 +178,6 @@ async def world(
             yield World(url, a, b, upstream, key, other_key, admin, http)
     finally:
         await runner.cleanup()
-
-
-def token_of(result: dict[str, Any]) -> str:
-    """The token of a ``confirmation_required`` answer, read from its message."""
-    error = assert_tool_error(result, "confirmation_required")
-    found = TOKEN_IN_MESSAGE.search(error["message"])
-    assert found, error
-    assert re.fullmatch(CONFIRMATION_TOKEN_PATTERN, found[1])
-    return found[1]
-
-
-def confirmed(arguments: dict[str, Any], token: str) -> dict[str, Any]:
-    return {**arguments, CONFIRMATION_ARGUMENT: token}
 
 
 def assert_invalid(result: dict[str, Any]) -> None:
