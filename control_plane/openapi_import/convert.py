@@ -396,9 +396,10 @@ def import_document(
                 Note(operation=name, code=code, message=message) for code, message in op_notes
             ]
             if auth.auth is not None and auth.scheme is not None:
-                known = secrets.get(auth.auth.secret)
-                secrets[auth.auth.secret] = SecretNeeded(
-                    name=auth.auth.secret,
+                secret = auth.auth.secret_names()[0]  # the importer binds one secret
+                known = secrets.get(secret)
+                secrets[secret] = SecretNeeded(
+                    name=secret,
                     scheme=auth.scheme,
                     kind=auth.auth.type,
                     description=auth.description,

@@ -315,16 +315,16 @@ async def _check_publishable(
         raise ValidationFailed([FieldError("", str(exc))]) from None
     errors = validate_operation(spec)
     auth = spec.request.auth
-    if auth is not None:
+    for field, secret in () if auth is None else auth.secret_references():
         cur = await conn.execute(
             "SELECT 1 FROM secrets WHERE workspace_id = %s AND name = %s FOR KEY SHARE",
-            (ws.id, auth.secret),
+            (ws.id, secret),
         )
         if await cur.fetchone() is None:
             errors.append(
                 FieldError(
-                    "request.auth.secret",
-                    f"secret {auth.secret!r} does not exist in workspace {ws.slug!r}; "
+                    f"request.auth.{field}",
+                    f"secret {secret!r} does not exist in workspace {ws.slug!r}; "
                     "set it first (crank secrets set)",
                 )
             )

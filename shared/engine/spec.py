@@ -18,12 +18,41 @@ class _Spec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defau
     pass
 
 
-class AuthSpec(_Spec, kw_only=True):
-    """How a workspace secret is sent upstream: bearer, a named header, or basic auth."""
+class SecretRef(_Spec, kw_only=True):
+    """``{secret: NAME}``: a workspace secret where a value is expected (a basic-auth field)."""
 
-    type: Literal["bearer", "header", "basic"]
     secret: str
-    name: str | None = None  # header name, for type=header
+
+
+class AuthSpec(_Spec, kw_only=True):
+    """How workspace secrets are sent upstream (docs/operation-file.md, "Auth").
+
+    ``bearer``: ``Authorization: Bearer <secret>``; ``header``: the secret in the
+    header ``name``; ``query``: the secret in the query parameter ``name``;
+    ``basic``: either ``secret`` holding ``user:password``, or ``username`` (a
+    literal or a ``SecretRef``) with an optional ``password`` (a ``SecretRef``;
+    a literal is refused by validation, which says where the password belongs).
+    """
+
+    type: Literal["bearer", "header", "query", "basic"]
+    secret: str | None = None
+    name: str | None = None  # header name (type=header) or query parameter (type=query)
+    username: str | SecretRef | None = None  # type=basic
+    password: str | SecretRef | None = None  # type=basic with username
+
+    def secret_references(self) -> tuple[tuple[str, str], ...]:
+        """(field under ``request.auth``, secret name) of every secret this auth reads."""
+        named = [("secret", self.secret)]
+        named += [
+            (f"{part}.secret", value.secret)
+            for part, value in (("username", self.username), ("password", self.password))
+            if isinstance(value, SecretRef)
+        ]
+        return tuple((field, name) for field, name in named if name is not None)
+
+    def secret_names(self) -> tuple[str, ...]:
+        """Every workspace secret this auth reads, in order, without repeats."""
+        return tuple(dict.fromkeys(name for _, name in self.secret_references()))
 
 
 class RequestSpec(_Spec, kw_only=True):
