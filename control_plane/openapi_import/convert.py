@@ -49,7 +49,7 @@ from control_plane.openapi_import.request import (
 )
 from control_plane.openapi_import.resolve import RefError, SchemaResolver
 from control_plane.openapi_import.response import is_json_media, suggest
-from control_plane.openapi_import.security import AuthChoice, choose_auth
+from control_plane.openapi_import.security import AuthChoice, choose_auth, sent_by_auth
 from shared.engine.spec import (
     AgentSpec,
     ExecutionConfig,
@@ -269,15 +269,15 @@ class _Converter:
                 "the document gives no absolute server URL; import with a base URL (--base-url)"
             )
         raw = self.raw_parameters(item, operation)
+        requirements = operation.get("security", self.document.get("security"))
+        auth = choose_auth(requirements, self.schemes, self.api)
         parameters = [
             p
             for p in (parse_parameter(r, swagger=self.swagger) for r in raw)
-            if isinstance(p, Parameter)
+            if isinstance(p, Parameter) and not sent_by_auth(p.location, p.name, auth.auth)
         ]
         parts = build_request(upper, path, parameters, self.body(operation, raw), self.resolver)
         notes = list(parts.notes)
-        requirements = operation.get("security", self.document.get("security"))
-        auth = choose_auth(requirements, self.schemes, self.api)
         notes += [("auth", message) for message in auth.notes]
 
         headers = dict(parts.headers)

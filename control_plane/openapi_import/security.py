@@ -1,15 +1,16 @@
 """Security schemes → ``request.auth`` naming a workspace secret to be set.
 
-Crank sends credentials from an encrypted workspace secret in a header
-(``shared.engine.spec.AuthSpec``), so:
+Crank sends credentials from an encrypted workspace secret in a header or a
+query parameter (``shared.engine.spec.AuthSpec``), so:
 
 - ``http`` bearer → ``bearer``; ``http`` basic (2.0 ``basic``) → ``basic``
   (the secret is ``user:password``);
-- ``apiKey`` in a header → ``header`` with that header name;
+- ``apiKey`` in a header → ``header`` with that header name; in the query →
+  ``query`` with that parameter name;
 - ``oauth2`` and ``openIdConnect`` → ``bearer``: store an access token,
   Crank does not run the OAuth flow;
-- ``apiKey`` in the query or a cookie, and other ``http`` schemes, cannot be
-  sent: the operation is imported without auth and the report says why.
+- ``apiKey`` in a cookie, and other ``http`` schemes, cannot be sent: the
+  operation is imported without auth and the report says why.
 
 The first alternative of the operation's ``security`` (else the document's)
 that can be sent wins; ``{}`` (anonymous allowed) first means no auth. An
@@ -25,6 +26,7 @@ from typing import Any
 
 from control_plane.openapi_import.naming import snake_case
 from shared.engine.spec import AuthSpec
+from shared.engine.spec_validation import QUERY_NAME
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,11 +63,25 @@ def _map(name: str, scheme: dict[str, Any], api: str) -> tuple[AuthSpec | None, 
         if where == "header" and isinstance(header, str) and header:
             auth = AuthSpec(type="header", name=header, secret=secret)
             return auth, f"the API key sent in {header}", None
+        if where == "query" and isinstance(header, str) and QUERY_NAME.fullmatch(header):
+            auth = AuthSpec(type="query", name=header, secret=secret)
+            return auth, f"the API key sent in the query parameter {header}", None
         return None, "", f"an API key in the {where or '?'} cannot be sent from a secret"
     if kind in ("oauth2", "openidconnect"):
         auth = AuthSpec(type="bearer", secret=secret)
         return auth, "an OAuth access token (Crank does not run the OAuth flow)", None
     return None, "", f"security scheme type {kind or '?'} is not supported"
+
+
+def sent_by_auth(location: str, name: str, auth: AuthSpec | None) -> bool:
+    """Whether ``auth`` itself sends the parameter (documents often also declare the
+    API key as a parameter): the operation then takes no argument for it."""
+    if auth is None:
+        return False
+    if auth.type == "query":
+        return location == "query" and name == auth.name
+    sent = auth.name if auth.type == "header" else "Authorization"
+    return location == "header" and name.lower() == (sent or "").lower()
 
 
 def choose_auth(requirements: Any, schemes: dict[str, Any], api: str) -> AuthChoice:

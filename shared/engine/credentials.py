@@ -12,13 +12,13 @@ A name looks like a credential when its last word is one (``X-Api-Key``,
 ``access_token``, ``Proxy-Authorization``, ``Cookie``, ``key``); a value when
 it carries an HTTP auth scheme (``Bearer ...``), a well-known key prefix
 (``sk_live_``, ``ghp_``, ``xoxb-``, ``AKIA``, a JWT ``eyJ...``) or is a long
-random-looking string. The last word decides, so ``token_type`` or
+random-looking string (``_random_looking``). The last word decides, so ``token_type`` or
 ``X-Auth-Method`` pass.
 """
 
 from __future__ import annotations
 
-import math
+import itertools
 import re
 from collections import Counter
 from typing import Final, NamedTuple
@@ -63,11 +63,16 @@ _KNOWN_KEYS: Final = (
     (re.compile(r"\beyJ[\w-]{8,}\.[\w-]{8,}\.[\w-]*"), "a JSON Web Token"),
     (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"), "a private key"),
 )
-# A long run of token characters with letters and digits mixed at random.
+# A long run of token characters, judged by its letters and digits (_random_looking).
 _TOKEN_RUN: Final = re.compile(r"[A-Za-z0-9+/=_-]{24,}")
 _UUID: Final = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
-_MIN_DIGITS_AND_LETTERS: Final = 3
-_RANDOM_BITS_PER_CHAR: Final = 3.5  # random hex gives ~3.8, English words ~3.0
+_HEX: Final = re.compile(r"[0-9a-f]+|[0-9A-F]+")
+_MIN_ALNUM: Final = 20
+_MIN_HEX_KEY: Final = 32  # 128 bits in hex: a key or a hash, never a word
+_ALPHABETS: Final = {"lower": 26, "upper": 26, "digit": 10}
+# A random string switches between lower, upper and digit about as often as
+# chance says; words (even CamelCase ones with a number) switch far less.
+_SWITCH_SHARE: Final = 0.6
 _ADVICE: Final = (
     "a static value is stored in clear and shown to every viewer and in exports: "
     "put it in a workspace secret and bind it with request.auth"
@@ -93,16 +98,32 @@ def credential_name(name: str) -> bool:
     return False
 
 
+def _kind(char: str) -> str:
+    return "digit" if char.isdigit() else "upper" if char.isupper() else "lower"
+
+
 def _random_looking(run: str) -> bool:
-    digits = sum(char.isdigit() for char in run)
-    letters = sum(char.isalpha() for char in run)
-    if digits < _MIN_DIGITS_AND_LETTERS or letters < _MIN_DIGITS_AND_LETTERS:
+    """Whether a run of token characters reads as random: a long hex string with
+    letters and digits, or letters and digits that switch class as often as a
+    random string does (``_SWITCH_SHARE`` of what chance gives for the classes in it)."""
+    alnum = [char for char in run if char.isascii() and char.isalnum()]
+    if len(alnum) < _MIN_ALNUM or _UUID.fullmatch(run):
+        return False  # a UUID is an id, not a key
+    counts = Counter(map(_kind, alnum))
+    present = [kind for kind, count in counts.items() if count >= 2]
+    if len(present) < 2:
         return False
-    if _UUID.fullmatch(run):
-        return False  # an id, not a key
-    counts = Counter(run).values()
-    entropy = -sum(n / len(run) * math.log2(n / len(run)) for n in counts)
-    return entropy >= _RANDOM_BITS_PER_CHAR
+    text = "".join(alnum)
+    if _HEX.fullmatch(text):
+        if len(text) >= _MIN_HEX_KEY:
+            return True
+        sizes = {"digit": 10, "lower": 6, "upper": 6}
+    else:
+        sizes = _ALPHABETS
+    total = sum(sizes[kind] for kind in present)
+    chance = 1 - sum((sizes[kind] / total) ** 2 for kind in present)
+    switches = sum(_kind(a) != _kind(b) for a, b in itertools.pairwise(alnum))
+    return switches / (len(alnum) - 1) >= _SWITCH_SHARE * chance
 
 
 def credential_value(value: str) -> str | None:

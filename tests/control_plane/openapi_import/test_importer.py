@@ -302,8 +302,8 @@ def test_path_query_and_body_name_collisions_map_to_the_right_places() -> None:
     )
     spec = one(doc)
     assert set(spec.input["properties"]) == {"id", "query_id", "body_id", "note"}
-    built = build_request(spec, {"id": "a/b", "query_id": 7, "body_id": "B"})
-    assert built.url == f"{BASE}/items/a%2Fb?id=7"
+    built = build_request(spec, {"id": "a b", "query_id": 7, "body_id": "B"})
+    assert built.url == f"{BASE}/items/a%20b?id=7"
     assert built.body == b'{"id":"B"}'  # the optional note is left out, not sent as null
     compile_operation(spec)
 
@@ -555,13 +555,23 @@ def test_security_schemes_become_auth_naming_a_secret_to_set() -> None:
         "token": {"type": "http", "scheme": "bearer"},
         "key": {"type": "apiKey", "in": "header", "name": "X-Api-Key"},
         "query_key": {"type": "apiKey", "in": "query", "name": "key"},
+        "cookie_key": {"type": "apiKey", "in": "cookie", "name": "sid"},
     }
+    # The document also declares the query key as a parameter: the auth sends it.
+    key_parameter = {"name": "key", "in": "query", "required": True, "schema": {"type": "string"}}
     doc = document(
         {
             "/a": {"get": {"responses": ok()}},
-            "/b": {"get": {"security": [{"query_key": []}, {"key": []}], "responses": ok()}},
-            "/c": {"get": {"security": [{"query_key": []}], "responses": ok()}},
+            "/b": {"get": {"security": [{"cookie_key": []}, {"key": []}], "responses": ok()}},
+            "/c": {
+                "get": {
+                    "security": [{"query_key": []}],
+                    "parameters": [key_parameter],
+                    "responses": ok(),
+                }
+            },
             "/d": {"get": {"security": [], "responses": ok()}},
+            "/e": {"get": {"security": [{"cookie_key": []}], "responses": ok()}},
         },
         security=[{"token": []}],
     )
@@ -572,12 +582,16 @@ def test_security_schemes_become_auth_naming_a_secret_to_set() -> None:
     assert (auths[0].type, auths[0].secret) == ("bearer", "ex_token")
     assert auths[1] is not None
     assert (auths[1].type, auths[1].name) == ("header", "X-Api-Key")
-    assert auths[2] is None
+    assert auths[2] is not None
+    assert (auths[2].type, auths[2].name, auths[2].secret) == ("query", "key", "ex_query_key")
+    assert result.operations[2].input["properties"] == {}
     assert auths[3] is None
-    assert "query" in notes(result, "auth")[0]
+    assert auths[4] is None
+    assert "cookie" in notes(result, "auth")[0]
     assert {(s.name, s.kind, s.operations) for s in result.secrets} == {
         ("ex_token", "bearer", 1),
         ("ex_key", "header", 1),
+        ("ex_query_key", "query", 1),
     }
 
 
