@@ -20,7 +20,6 @@ from shared.engine.masking import MASK
 from shared.engine.outbound import UpstreamExecutor
 from shared.engine.spec import operation_from_builtins
 from shared.engine.spec_validation import validate_operation
-from shared.engine.ssrf import AddressPolicy
 from shared.engine.upstream import UpstreamCall
 from tests.support.gateway import serve_upstream
 from tests.support.masking import leaks
@@ -53,13 +52,6 @@ async def port() -> AsyncIterator[int]:
     app.router.add_get("/fail", echo)
     async with serve_upstream(app) as serving:
         yield serving
-
-
-@pytest.fixture
-async def executor() -> AsyncIterator[UpstreamExecutor]:
-    policy = AddressPolicy.from_settings(allow_private_upstreams=True, upstream_allowlist=())
-    async with UpstreamExecutor(policy) as running:
-        yield running
 
 
 def compiled(port: int, path: str, auth: dict[str, Any], **request: Any) -> CompiledOperation:
