@@ -274,7 +274,7 @@ class _Converter:
         parameters = [
             p
             for p in (parse_parameter(r, swagger=self.swagger) for r in raw)
-            if isinstance(p, Parameter) and not sent_by_auth(p.location, p.name, auth.auth)
+            if isinstance(p, Parameter) and not sent_by_auth(p.location, p.name, auth)
         ]
         parts = build_request(upper, path, parameters, self.body(operation, raw), self.resolver)
         notes = list(parts.notes)
@@ -395,14 +395,14 @@ def import_document(
             notes += [
                 Note(operation=name, code=code, message=message) for code, message in op_notes
             ]
-            if auth.auth is not None and auth.scheme is not None:
-                secret = auth.auth.secret_names()[0]  # the importer binds one secret
+            for binding in auth.bindings:
+                secret = binding.auth.secret_names()[0]  # the importer binds one secret each
                 known = secrets.get(secret)
                 secrets[secret] = SecretNeeded(
                     name=secret,
-                    scheme=auth.scheme,
-                    kind=auth.auth.type,
-                    description=auth.description,
+                    scheme=binding.scheme,
+                    kind=binding.auth.type,
+                    description=binding.description,
                     operations=(known.operations if known else 0) + 1,
                 )
     info = SourceInfo(

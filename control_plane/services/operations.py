@@ -314,8 +314,12 @@ async def _check_publishable(
     except msgspec.ValidationError as exc:  # stored before a format change
         raise ValidationFailed([FieldError("", str(exc))]) from None
     errors = validate_operation(spec)
-    auth = spec.request.auth
-    for field, secret in () if auth is None else auth.secret_references():
+    references = [
+        (f"{where}.{field}", secret)
+        for where, auth in spec.request.auth_entries()
+        for field, secret in auth.secret_references()
+    ]
+    for field, secret in references:
         cur = await conn.execute(
             "SELECT 1 FROM secrets WHERE workspace_id = %s AND name = %s FOR KEY SHARE",
             (ws.id, secret),
@@ -323,7 +327,7 @@ async def _check_publishable(
         if await cur.fetchone() is None:
             errors.append(
                 FieldError(
-                    f"request.auth.{field}",
+                    field,
                     f"secret {secret!r} does not exist in workspace {ws.slug!r}; "
                     "set it first (crank secrets set)",
                 )

@@ -147,10 +147,10 @@ async def _secrets(
 ) -> dict[str, str]:
     """The secrets the operation's auth names, opened; empty if it has none or one
     cannot be opened (the builder then answers ``secret_missing``, naming it)."""
-    auth = spec.request.auth
-    if auth is None:
+    names = spec.request.secret_names()
+    if not names:
         return {}
-    return await load_secrets(conn, box, ws.id, names=auth.secret_names())
+    return await load_secrets(conn, box, ws.id, names=names)
 
 
 def _tool_error(exc: ToolError, request_id: str, masker: Masker) -> TryResult:

@@ -29,7 +29,8 @@ Further decisions:
   directly (``{symbols: quote}`` takes ``quote`` out of the body).
 - A default body with nothing left in it is no body at all; a
   ``request.body`` expression that yields null sends no body.
-- Auth (``AuthSpec``): ``bearer`` and ``header`` send the secret in a header,
+- Auth (``AuthSpec``, one or a list of several): ``bearer`` and ``header``
+  send the secret in a header,
   ``query`` appends ``name=<secret>`` to the query (an argument of that name
   is never sent by the default mapping), ``basic`` sends ``Authorization:
   Basic``. Basic's ``secret`` is ``user:password`` (one without a colon is a
@@ -197,14 +198,14 @@ class RequestBuilder:
         )
         self._body = None if request.body is None else compile_expression(request.body)
         self._static_headers = tuple((request.headers or {}).items())
-        self._auth: AuthSpec | None = request.auth
+        self._auth = tuple(auth for _, auth in request.auth_entries())
         idempotency = spec.execution_config.idempotency
         self._idempotency = (
             None if idempotency is None else (idempotency.argument, idempotency.header)
         )
         excluded = {*self.path_variables, CONFIRMATION_ARGUMENT}
-        if request.auth is not None and request.auth.type == "query" and request.auth.name:
-            excluded.add(request.auth.name)  # the credential's parameter is the secret's alone
+        # A credential's query parameter is the secret's alone.
+        excluded.update(a.name for a in self._auth if a.type == "query" and a.name)
         if idempotency is not None:
             excluded.add(idempotency.argument)
         if request.query is not None:
@@ -334,10 +335,13 @@ class RequestBuilder:
         path = self._path(arguments)
         pairs = self._query_pairs(arguments)
         headers: list[tuple[str, str]] = list(self._static_headers)
-        secret_values: tuple[str, ...] = ()  # what the masker hides: see the module docstring
-        auth_header = None
-        if self._auth is not None:
-            auth_header, auth_query, secret_values = self._auth_parts(self._auth, secrets or {})
+        hidden: list[str] = []  # what the masker hides: see the module docstring
+        auth_headers: list[tuple[str, str]] = []
+        for auth in self._auth:
+            auth_header, auth_query, values = self._auth_parts(auth, secrets or {})
+            hidden += values
+            if auth_header is not None:
+                auth_headers.append(auth_header)
             if auth_query is not None:
                 pairs.append(auth_query)
         query = "&".join(f"{quote(name, safe='')}={quote(value, safe='')}" for name, value in pairs)
@@ -355,15 +359,14 @@ class RequestBuilder:
             if any(char in value for char in _HEADER_UNSAFE):
                 raise self._fail(f"$.{argument}", "pattern", "no control characters allowed")
             headers.append((header, value))
-        if auth_header is not None:
-            headers.append(auth_header)
+        headers += auth_headers
         return BuiltRequest(
             method=self._method,
             url=url,
             headers=tuple(headers),
             body=body,
             content_type=_JSON if body is not None else None,
-            secret_values=secret_values,
+            secret_values=tuple(dict.fromkeys(hidden)),
         )
 
 

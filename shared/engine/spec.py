@@ -63,7 +63,21 @@ class RequestSpec(_Spec, kw_only=True):
     query: dict[str, str] | None = None  # parameter -> JMESPath over the arguments
     headers: dict[str, str] | None = None  # static
     body: str | None = None  # JMESPath over the arguments
-    auth: AuthSpec | None = None
+    auth: AuthSpec | list[AuthSpec] | None = None  # a list: several credentials at once
+
+    def auth_entries(self) -> tuple[tuple[str, AuthSpec], ...]:
+        """(field path, binding) of each credential: ``request.auth`` for one object,
+        ``request.auth[i]`` for a list."""
+        if self.auth is None:
+            return ()
+        if isinstance(self.auth, AuthSpec):
+            return (("request.auth", self.auth),)
+        return tuple((f"request.auth[{index}]", auth) for index, auth in enumerate(self.auth))
+
+    def secret_names(self) -> tuple[str, ...]:
+        """Every workspace secret the request's auth reads, in order, without repeats."""
+        names = (name for _, auth in self.auth_entries() for name in auth.secret_names())
+        return tuple(dict.fromkeys(names))
 
 
 class ResponseSpec(_Spec, kw_only=True):

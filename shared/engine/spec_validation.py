@@ -298,12 +298,12 @@ def _check_headers(spec: OperationSpec) -> list[FieldError]:
             problems.append(FieldError(field, "a header value cannot contain CR, LF or NUL"))
         errors += problems
         configured.append((header.lower(), field))
-    auth = request.auth
-    if auth is not None and auth.type == "header" and auth.name:
-        errors += _check_header_name(auth.name, "request.auth.name")
-        configured.append((auth.name.lower(), "request.auth.name"))
-    elif auth is not None and auth.type in ("bearer", "basic"):
-        configured.append(("authorization", "request.auth"))
+    for where, auth in request.auth_entries():
+        if auth.type == "header" and auth.name:
+            errors += _check_header_name(auth.name, f"{where}.name")
+            configured.append((auth.name.lower(), f"{where}.name"))
+        elif auth.type in ("bearer", "basic"):
+            configured.append(("authorization", where))
     idempotency = spec.execution_config.idempotency
     if idempotency is not None:
         field = "execution_config.idempotency.header"
@@ -329,27 +329,27 @@ def _check_secret_name(name: str | None, field: str, kind: str) -> list[FieldErr
     return []
 
 
-def _check_basic(auth: AuthSpec) -> list[FieldError]:
+def _check_basic(auth: AuthSpec, where: str) -> list[FieldError]:
     """``secret`` (``user:password``), or ``username`` with an optional ``password``."""
     if auth.username is None:
         if auth.password is not None:
-            return [FieldError("request.auth.password", "a password goes with a username")]
-        return _check_secret_name(auth.secret, "request.auth.secret", "basic")
+            return [FieldError(f"{where}.password", "a password goes with a username")]
+        return _check_secret_name(auth.secret, f"{where}.secret", "basic")
     if auth.secret is not None:
-        return [FieldError("request.auth.secret", "give either secret or username, not both")]
+        return [FieldError(f"{where}.secret", "give either secret or username, not both")]
     errors: list[FieldError] = []
     if isinstance(auth.username, SecretRef):
-        errors += _check_secret_name(auth.username.secret, "request.auth.username.secret", "basic")
+        errors += _check_secret_name(auth.username.secret, f"{where}.username.secret", "basic")
     elif not _USERNAME.fullmatch(auth.username):
         errors.append(
-            FieldError("request.auth.username", "1-256 characters, no colon, no control characters")
+            FieldError(f"{where}.username", "1-256 characters, no colon, no control characters")
         )
     if isinstance(auth.password, SecretRef):
-        errors += _check_secret_name(auth.password.secret, "request.auth.password.secret", "basic")
+        errors += _check_secret_name(auth.password.secret, f"{where}.password.secret", "basic")
     elif auth.password is not None:
         errors.append(
             FieldError(
-                "request.auth.password",
+                f"{where}.password",
                 "a password in clear is shown to every viewer and in exports: put it in a "
                 "workspace secret and name it here as {secret: NAME}",
             )
@@ -357,44 +357,56 @@ def _check_basic(auth: AuthSpec) -> list[FieldError]:
     return errors
 
 
-def _check_auth(request: RequestSpec) -> list[FieldError]:
-    """Each auth type takes its own fields; every secret reference is a valid name.
-    Header names are checked with the other headers (``_check_headers``)."""
-    auth = request.auth
-    if auth is None:
-        return []
+def _check_binding(auth: AuthSpec, where: str) -> list[FieldError]:
+    """One binding: each auth type takes its own fields; secret references are valid names."""
     errors: list[FieldError] = []
     if auth.type != "basic":
-        errors += _check_secret_name(auth.secret, "request.auth.secret", auth.type)
+        errors += _check_secret_name(auth.secret, f"{where}.secret", auth.type)
         for extra in ("username", "password"):
             if getattr(auth, extra) is not None:
-                errors.append(FieldError(f"request.auth.{extra}", "only type=basic takes it"))
+                errors.append(FieldError(f"{where}.{extra}", "only type=basic takes it"))
     else:
-        errors += _check_basic(auth)
+        errors += _check_basic(auth, where)
     if auth.type in ("bearer", "basic"):
         if auth.name is not None:
-            errors.append(FieldError("request.auth.name", "only type=header or query take a name"))
+            errors.append(FieldError(f"{where}.name", "only type=header or query take a name"))
     elif not auth.name:
-        errors.append(FieldError("request.auth.name", f"type={auth.type} needs a name"))
-    elif auth.type == "query":
-        errors += _check_query_auth(request, auth.name)
+        errors.append(FieldError(f"{where}.name", f"type={auth.type} needs a name"))
+    elif auth.type == "query" and not QUERY_NAME.fullmatch(auth.name):
+        errors.append(
+            FieldError(
+                f"{where}.name", "a query parameter name is 1-128 of A-Z a-z 0-9 _ . ~ [ ] -"
+            )
+        )
     return errors
 
 
-def _check_query_auth(request: RequestSpec, name: str) -> list[FieldError]:
-    """A valid parameter name that nothing else in the request sets."""
-    field = "request.auth.name"
-    if not QUERY_NAME.fullmatch(name):
-        return [FieldError(field, "a query parameter name is 1-128 of A-Z a-z 0-9 _ . ~ [ ] -")]
-    if name in (request.query or {}):
-        return [FieldError(field, f"query parameter {name!r} is set by request.query too")]
+def _check_auth(request: RequestSpec) -> list[FieldError]:
+    """Every binding on its own, then the query parameters they set: each one set by
+    nothing else in the request. Header names and clashes are checked with the other
+    headers (``_check_headers``)."""
+    if isinstance(request.auth, list) and not request.auth:
+        return [FieldError("request.auth", "list at least one binding, or leave auth out")]
     try:
-        static = {key for key, _ in parse_qsl(urlsplit(request.url).query)}
+        taken = {key: "request.url" for key, _ in parse_qsl(urlsplit(request.url).query)}
     except ValueError:
-        static = set()  # the URL check reports it
-    if name in static:
-        return [FieldError(field, f"query parameter {name!r} is set in request.url too")]
-    return []
+        taken = {}  # the URL check reports it
+    taken |= {name: "request.query" for name in request.query or {}}
+    errors: list[FieldError] = []
+    for where, auth in request.auth_entries():
+        problems = _check_binding(auth, where)
+        errors += problems
+        if auth.type != "query" or auth.name is None or problems:
+            continue
+        if auth.name in taken:
+            errors.append(
+                FieldError(
+                    f"{where}.name",
+                    f"query parameter {auth.name!r} is set in {taken[auth.name]} too",
+                )
+            )
+        taken[auth.name] = where
+    return errors
 
 
 def validate_operation(spec: OperationSpec) -> list[FieldError]:

@@ -360,17 +360,20 @@ async def test_publish_with_a_missing_secret_is_refused_until_it_exists(
     assert accepted.status_code == 201
 
 
-async def test_publish_names_every_missing_secret_of_a_basic_auth(
+async def test_publish_names_every_missing_secret_of_every_binding(
     client: Client, editor: str, database_url: str
 ) -> None:
     basic = {"type": "basic", "username": {"secret": "ORDERS_USER"}, "password": {"secret": "PW"}}
-    request = {"method": "GET", "url": "https://api.example.com/orders/{order_id}", "auth": basic}
+    query = {"type": "query", "name": "sig", "secret": "PW"}
+    url = "https://api.example.com/orders/{order_id}"
+    request = {"method": "GET", "url": url, "auth": [basic, query]}
     etag = await create(client, editor, order_spec(request=request))
     refused = await client.post(f"{BASE}/get_order/publish", headers=auth(editor, etag))
     assert refused.status_code == 400
     assert [e["field"] for e in refused.json()["errors"]] == [
-        "request.auth.username.secret",
-        "request.auth.password.secret",
+        "request.auth[0].username.secret",
+        "request.auth[0].password.secret",
+        "request.auth[1].secret",
     ]
     async with await connect(database_url) as conn:
         for name in ("ORDERS_USER", "PW"):

@@ -1,5 +1,5 @@
-"""Any secret bound to any header, a query parameter or a basic-auth field
-(docs/operation-file.md, "Auth"), sent to a loopback upstream that echoes the
+"""Any secret bound to any header, a query parameter or a basic-auth field, or
+several of them at once (docs/operation-file.md, "Auth"), sent to a loopback upstream that echoes the
 whole request back: the upstream gets the secret where the spec binds it, and
 nothing Crank keeps (the redacted request, its repr, results, structured
 errors and their details) shows any spelling of it."""
@@ -54,7 +54,7 @@ async def port() -> AsyncIterator[int]:
         yield serving
 
 
-def compiled(port: int, path: str, auth: dict[str, Any], **request: Any) -> CompiledOperation:
+def compiled(port: int, path: str, auth: Any, **request: Any) -> CompiledOperation:
     spec = operation_from_builtins(
         {
             "name": "get_echo",
@@ -113,6 +113,21 @@ async def test_a_secret_bound_to_any_header_arrives_there(
     auth = {"type": "header", "name": "X-Partner-Signature", "secret": "KEY"}
     seen = await received(compiled(port, "/ok", auth), executor, {})
     assert seen["headers"]["X-Partner-Signature"] == KEY
+
+
+async def test_several_bindings_send_every_secret_at_once(
+    port: int, executor: UpstreamExecutor
+) -> None:
+    auth = [
+        {"type": "header", "name": "DD-API-KEY", "secret": "KEY"},
+        {"type": "basic", "username": USER, "password": {"secret": "PASSWORD"}},
+        QUERY,
+    ]
+    seen = await received(compiled(port, "/ok", auth), executor, {})
+    assert seen["headers"]["DD-API-KEY"] == KEY
+    token = seen["headers"]["Authorization"].removeprefix("Basic ")
+    assert base64.b64decode(token).decode() == f"{USER}:{PASSWORD}"
+    assert seen["query"] == [["api_key", KEY]]
 
 
 @pytest.mark.parametrize(

@@ -188,6 +188,17 @@ def test_a_spec_stored_before_the_new_auth_fields_still_decodes() -> None:
     auth = stored["request"]["auth"]
     del auth["username"], auth["password"]
     decoded = operation_from_builtins(stored)
-    assert decoded.request.auth is not None
-    assert decoded.request.auth.secret_names() == ("T",)
+    assert decoded.request.secret_names() == ("T",)
     assert validate_operation(decoded) == list[FieldError]()
+
+
+def test_several_bindings_are_checked_each_and_may_not_share_a_field() -> None:
+    key = {"type": "header", "name": "DD-API-KEY", "secret": "DD_API"}
+    app = {"type": "header", "name": "DD-APPLICATION-KEY", "secret": "DD_APP"}
+    assert errors(auth=[key, app]) == {}
+    assert "request.auth[1].name" in errors(auth=[key, {**key, "name": "dd-api-key"}])
+    query = {"type": "query", "name": "k", "secret": "A"}
+    assert "request.auth[1].name" in errors(auth=[query, query])
+    assert "request.auth[0].secret" in errors(auth=[{"type": "bearer"}, app])
+    assert "request.auth[1]" in errors(auth=[{"type": "bearer", "secret": "T"}] * 2)
+    assert "request.auth" in errors(auth=[])
