@@ -1,9 +1,12 @@
 """No secret reaches anything Crank shows, stores or logs.
 
-A bearer token and a basic-auth password, each with "/", "+", a quote and a
-non-ASCII letter, go through every path that can reflect them. The upstream
-on loopback echoes the secret it was sent (the password alone, for basic
-auth) in every spelling of tests/support/masking.py: raw, JSON-escaped
+A bearer token, a basic-auth password (from one ``user:password`` secret and
+from a password secret beside a literal username) and an API key sent in the
+query string, each with "/", "+", a quote and a non-ASCII letter (the key also
+with "&", "=" and "#"), go through every path that can reflect them; the key
+rides in the URL, which approval records and try-it keep. The upstream on
+loopback echoes the secret it was sent (the password alone, for basic auth)
+in every spelling of tests/support/masking.py: raw, JSON-escaped
 (``\\/``, ``\\u00XX``), percent-encoded and base64, as JSON on success and
 as text (with the secret straddling the cuts of the error excerpt and of the
 approval text) on failure. Checked: tools/call results and tool errors (what
@@ -49,18 +52,25 @@ from tests.support.tool_calls import BASE, ERAS, Caller, ok, publish_agent, publ
 TOKEN = 'tok/en+abc"Q9-béarer'
 BASIC = 'crank-user:pa/ss+w0rd"Z-bøsic'
 PASSWORD = BASIC.partition(":")[2]  # what the upstream echoes for basic auth
-SECRETS = [TOKEN, BASIC, PASSWORD]
+QUERY_KEY = 'qk/ey+a&b=c#d"Q9-ключ'
+PAIR_PASSWORD = 'pw/two+x"Y-ßecond'
+SECRETS = [TOKEN, BASIC, PASSWORD, QUERY_KEY, PAIR_PASSWORD, f"crank-user:{PAIR_PASSWORD}"]
 AGENT = "leaks"
 MCP = f"/mcp/v1/default/{AGENT}"
 APPROVALS = f"/v1/default/{AGENT}/approvals"
 BEARER = {"type": "bearer", "secret": "ECHO_TOKEN"}
 BASIC_AUTH = {"type": "basic", "secret": "ECHO_BASIC"}
+BASIC_PAIR = {"type": "basic", "username": "crank-user", "password": {"secret": "ECHO_PASSWORD"}}
+QUERY_AUTH = {"type": "query", "name": "api_key", "secret": "ECHO_QUERY"}
 EXCERPT_WINDOW = 800  # shared.engine.response_selector: characters read for an error excerpt
 UPSTREAM_TEXT_CHARS = 2000  # mcp_gateway.approvals.execution: the approval record's text
 
 
 def _echoed(request: web.Request) -> str:
-    """The secret the request carries: the bearer token, or the basic-auth password."""
+    """The secret the request carries: the query key, the bearer token, or the basic-auth
+    password."""
+    if "api_key" in request.query:
+        return request.query["api_key"]
     scheme, _, value = request.headers.get("Authorization", "").partition(" ")
     if scheme == "Basic":
         return base64.b64decode(value).decode().partition(":")[2]
@@ -105,7 +115,7 @@ async def serve_echo() -> AsyncIterator[Echo]:
 
 
 def operation(
-    name: str, method: str, path: str, port: int, auth_spec: dict[str, str], *, approval: bool
+    name: str, method: str, path: str, port: int, auth_spec: dict[str, Any], *, approval: bool
 ) -> dict[str, Any]:
     return {
         "name": name,
@@ -121,13 +131,25 @@ def operation(
 
 
 # name → (method, path, auth, needs approval)
-OPERATIONS: dict[str, tuple[str, str, dict[str, str], bool]] = {
+OPERATIONS: dict[str, tuple[str, str, dict[str, Any], bool]] = {
     "echo_token": ("GET", "/echo", BEARER, False),
     "fail_token": ("GET", "/fail", BEARER, False),
     "echo_basic": ("GET", "/echo", BASIC_AUTH, False),
     "fail_basic": ("GET", "/fail", BASIC_AUTH, False),
+    "echo_basic_pair": ("GET", "/echo", BASIC_PAIR, False),
+    "echo_query": ("GET", "/echo", QUERY_AUTH, False),
+    "fail_query": ("GET", "/fail", QUERY_AUTH, False),
     "approve_token": ("POST", "/echo", BEARER, True),
     "approve_fail_basic": ("POST", "/fail", BASIC_AUTH, True),
+    "approve_query": ("POST", "/echo", QUERY_AUTH, True),
+}
+DIRECT = [name for name, (*_, approval) in OPERATIONS.items() if not approval]
+APPROVED = [name for name, (*_, approval) in OPERATIONS.items() if approval]
+SECRET_VALUES = {
+    "ECHO_TOKEN": TOKEN,
+    "ECHO_BASIC": BASIC,
+    "ECHO_PASSWORD": PAIR_PASSWORD,
+    "ECHO_QUERY": QUERY_KEY,
 }
 
 
@@ -141,7 +163,7 @@ async def publish(admin_http: httpx.AsyncClient, admin: str, port: int) -> Keys:
     """Workspace default: both secrets, every operation of OPERATIONS, agent ``leaks``."""
     h = auth(admin)
     await ok(await admin_http.post("/api/v1/workspaces", json={"slug": "default"}, headers=h))
-    for name, value in (("ECHO_TOKEN", TOKEN), ("ECHO_BASIC", BASIC)):
+    for name, value in SECRET_VALUES.items():
         await ok(await admin_http.put(f"{BASE}/secrets/{name}", json={"value": value}, headers=h))
     for name, (method, path, auth_spec, approval) in OPERATIONS.items():
         spec = operation(name, method, path, port, auth_spec, approval=approval)
@@ -214,18 +236,18 @@ async def test_no_spelling_of_a_secret_reaches_a_result_record_row_or_log(
             ):
                 caller = Caller(gateway_http, MCP, keys.agent)
                 for era in ERAS:
-                    for tool in ("echo_token", "fail_token", "echo_basic", "fail_basic"):
+                    for tool in DIRECT:
                         answer = await caller.raw(era, tool, {"note": "x"})
                         seen[f"tools/call {tool} ({era})"] = answer.text
                         result = answer.json()["result"]
                         assert result["isError"] is tool.startswith("fail"), result
                         if not result["isError"]:  # the echo arrived, masked
                             assert result["structuredContent"]["quote"] == MASK
-                for tool in ("approve_token", "approve_fail_basic"):
+                for tool in APPROVED:
                     _, record = await run_approved(gateway_http, caller, keys.approval, tool)
                     seen[f"approval record of {tool}"] = record.text
                     payload = record.json()["response_payload"]
-                    if tool == "approve_token":
+                    if tool in ("approve_token", "approve_query"):
                         assert payload["base64"] == MASK
                     else:
                         text = payload["upstream_text"]
@@ -234,7 +256,9 @@ async def test_no_spelling_of_a_secret_reaches_a_result_record_row_or_log(
                         assert text.endswith(MASK + "…")
 
                 async def all_logged() -> bool:
-                    return len(await logged_calls(database_url)) == 2 * 4 + 2 * 2
+                    return len(await logged_calls(database_url)) == 2 * len(DIRECT) + 2 * len(
+                        APPROVED
+                    )
 
                 await wait_until(all_logged, timeout_s=10)
             seen["gateway log"] = gateway.log()
@@ -258,8 +282,8 @@ async def test_no_spelling_of_a_secret_reaches_a_result_record_row_or_log(
     seen["database"] = await every_table(database_url)
 
     # Every secret really went out, and came back in every spelling.
-    assert set(echo.seen) == {TOKEN, PASSWORD}
-    assert len(echo.seen) == 2 * 4 + 2 + len(OPERATIONS)
+    assert set(echo.seen) == {TOKEN, PASSWORD, QUERY_KEY, PAIR_PASSWORD}
+    assert len(echo.seen) == 2 * len(DIRECT) + len(APPROVED) + len(OPERATIONS)
     found = {where: leaks(text, SECRETS) for where, text in seen.items()}
     assert {where: names for where, names in found.items() if names} == {}
     assert "operation_tried" in seen["control plane log"]  # the logs were captured

@@ -26,6 +26,7 @@ response-array-cap         warning  a list endpoint with max_items above 100
 response-array-fields      warning  a list endpoint that keeps every item field
 idempotency-missing        warning  POST/PATCH without an idempotency key
 delete-confirmation        error    DELETE with confirmation switched off
+static-credential          error    a credential in a static header or query value
 agent-too-many-tools       warning  more than 20 tools on one agent
 agent-tool-limit           error    more than 128 tools (clients refuse the list)
 agent-similar-tools        warning  near-identical tool names or descriptions
@@ -177,6 +178,13 @@ _RULES: Final = (
         "A DELETE keeps its two-step confirmation.",
         "Remove 'safety.confirmation: false' (or set it to auto); add 'approval: true' "
         "for a human check on top.",
+    ),
+    Rule(
+        "static-credential",
+        "error",
+        "No credential in a static header, query value or the URL.",
+        "Store the value as a workspace secret (crank secrets set NAME) and bind it with "
+        "request.auth: type header, query or basic, naming the secret.",
     ),
     Rule(
         "agent-too-many-tools",

@@ -25,6 +25,7 @@ from control_plane.lint.text import (
     starts_with_action,
     words,
 )
+from shared.engine.credentials import static_credentials
 from shared.engine.spec import OperationSpec
 from shared.engine.spec_validation import schema_pattern_errors
 
@@ -345,6 +346,13 @@ def _check_safety(spec: OperationSpec, resource: str) -> Iterator[Finding]:
         )
 
 
+def _check_credentials(spec: OperationSpec, resource: str) -> Iterator[Finding]:
+    """The write-time check's own detector, so lint and validation agree (and
+    ``check_and_lint_file`` reports each field once, as this rule)."""
+    for found in static_credentials(spec):
+        yield finding("static-credential", resource, found.field, found.message)
+
+
 def lint_operation(spec: OperationSpec) -> list[Finding]:
     """Every finding about one operation, in rule-table order per part of the spec."""
     resource = operation_resource(spec.name)
@@ -355,4 +363,5 @@ def lint_operation(spec: OperationSpec) -> list[Finding]:
         *_check_patterns(spec, resource),
         *_check_response(spec, resource),
         *_check_safety(spec, resource),
+        *_check_credentials(spec, resource),
     ]

@@ -49,7 +49,7 @@ from control_plane.openapi_import.request import (
 )
 from control_plane.openapi_import.resolve import RefError, SchemaResolver
 from control_plane.openapi_import.response import is_json_media, suggest
-from control_plane.openapi_import.security import AuthChoice, choose_auth
+from control_plane.openapi_import.security import AuthChoice, choose_auth, sent_by_auth
 from shared.engine.spec import (
     AgentSpec,
     ExecutionConfig,
@@ -269,15 +269,15 @@ class _Converter:
                 "the document gives no absolute server URL; import with a base URL (--base-url)"
             )
         raw = self.raw_parameters(item, operation)
+        requirements = operation.get("security", self.document.get("security"))
+        auth = choose_auth(requirements, self.schemes, self.api)
         parameters = [
             p
             for p in (parse_parameter(r, swagger=self.swagger) for r in raw)
-            if isinstance(p, Parameter)
+            if isinstance(p, Parameter) and not sent_by_auth(p.location, p.name, auth)
         ]
         parts = build_request(upper, path, parameters, self.body(operation, raw), self.resolver)
         notes = list(parts.notes)
-        requirements = operation.get("security", self.document.get("security"))
-        auth = choose_auth(requirements, self.schemes, self.api)
         notes += [("auth", message) for message in auth.notes]
 
         headers = dict(parts.headers)
@@ -395,13 +395,14 @@ def import_document(
             notes += [
                 Note(operation=name, code=code, message=message) for code, message in op_notes
             ]
-            if auth.auth is not None and auth.scheme is not None:
-                known = secrets.get(auth.auth.secret)
-                secrets[auth.auth.secret] = SecretNeeded(
-                    name=auth.auth.secret,
-                    scheme=auth.scheme,
-                    kind=auth.auth.type,
-                    description=auth.description,
+            for binding in auth.bindings:
+                secret = binding.auth.secret_names()[0]  # the importer binds one secret each
+                known = secrets.get(secret)
+                secrets[secret] = SecretNeeded(
+                    name=secret,
+                    scheme=binding.scheme,
+                    kind=binding.auth.type,
+                    description=binding.description,
                     operations=(known.operations if known else 0) + 1,
                 )
     info = SourceInfo(

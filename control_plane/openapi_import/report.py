@@ -47,7 +47,7 @@ class SecretNeeded(msgspec.Struct, kw_only=True, frozen=True):
 
     name: str  # the workspace secret the operations' request.auth names
     scheme: str  # the security scheme in the document
-    kind: str  # bearer, basic or header
+    kind: str  # bearer, basic, header or query
     description: str  # what to store in it
     operations: int = 0  # how many imported operations use it
 

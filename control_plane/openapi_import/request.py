@@ -39,6 +39,7 @@ from control_plane.openapi_import.naming import ArgumentNamer
 from control_plane.openapi_import.report import NoteCode
 from control_plane.openapi_import.resolve import SchemaResolver
 from control_plane.openapi_import.response import is_json_media, jmespath_identifier
+from shared.engine.credentials import credential_name, credential_value
 from shared.engine.request_builder import CONFIRMATION_ARGUMENT
 from shared.engine.spec import IdempotencySpec
 
@@ -329,6 +330,16 @@ class _Builder:
             return
         if kind == "header" and parameter.required and lower not in _RESERVED_HEADERS:
             value = _single_value(self.resolver.schema(parameter.schema, "request")[0])
+            credential = credential_name(parameter.name) or (
+                value is not None and credential_value(value) is not None
+            )
+            if credential:  # never a static header (shared.engine.credentials)
+                self.note(
+                    "parameter_dropped",
+                    f"header {parameter.name} carries a credential: set it as a workspace secret "
+                    f"and bind it with request.auth (type: header, name: {parameter.name})",
+                )
+                return
             if value is not None:
                 self.parts.headers[parameter.name] = value
                 self.note("static_header", f"header {parameter.name} is always sent as {value!r}")

@@ -314,17 +314,21 @@ async def _check_publishable(
     except msgspec.ValidationError as exc:  # stored before a format change
         raise ValidationFailed([FieldError("", str(exc))]) from None
     errors = validate_operation(spec)
-    auth = spec.request.auth
-    if auth is not None:
+    references = [
+        (f"{where}.{field}", secret)
+        for where, auth in spec.request.auth_entries()
+        for field, secret in auth.secret_references()
+    ]
+    for field, secret in references:
         cur = await conn.execute(
             "SELECT 1 FROM secrets WHERE workspace_id = %s AND name = %s FOR KEY SHARE",
-            (ws.id, auth.secret),
+            (ws.id, secret),
         )
         if await cur.fetchone() is None:
             errors.append(
                 FieldError(
-                    "request.auth.secret",
-                    f"secret {auth.secret!r} does not exist in workspace {ws.slug!r}; "
+                    field,
+                    f"secret {secret!r} does not exist in workspace {ws.slug!r}; "
                     "set it first (crank secrets set)",
                 )
             )

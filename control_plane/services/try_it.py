@@ -145,12 +145,12 @@ def _draft(draft: dict[str, Any], select: str | None) -> OperationSpec:
 async def _secrets(
     conn: Connection, box: SecretBox, ws: Workspace, spec: OperationSpec
 ) -> dict[str, str]:
-    """The one secret the operation's auth names, opened; empty if it has none or it
+    """The secrets the operation's auth names, opened; empty if it has none or one
     cannot be opened (the builder then answers ``secret_missing``, naming it)."""
-    auth = spec.request.auth
-    if auth is None:
+    names = spec.request.secret_names()
+    if not names:
         return {}
-    return await load_secrets(conn, box, ws.id, names=(auth.secret,))
+    return await load_secrets(conn, box, ws.id, names=names)
 
 
 def _tool_error(exc: ToolError, request_id: str, masker: Masker) -> TryResult:

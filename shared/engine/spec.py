@@ -18,12 +18,41 @@ class _Spec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defau
     pass
 
 
-class AuthSpec(_Spec, kw_only=True):
-    """How a workspace secret is sent upstream: bearer, a named header, or basic auth."""
+class SecretRef(_Spec, kw_only=True):
+    """``{secret: NAME}``: a workspace secret where a value is expected (a basic-auth field)."""
 
-    type: Literal["bearer", "header", "basic"]
     secret: str
-    name: str | None = None  # header name, for type=header
+
+
+class AuthSpec(_Spec, kw_only=True):
+    """How workspace secrets are sent upstream (docs/operation-file.md, "Auth").
+
+    ``bearer``: ``Authorization: Bearer <secret>``; ``header``: the secret in the
+    header ``name``; ``query``: the secret in the query parameter ``name``;
+    ``basic``: either ``secret`` holding ``user:password``, or ``username`` (a
+    literal or a ``SecretRef``) with an optional ``password`` (a ``SecretRef``;
+    a literal is refused by validation, which says where the password belongs).
+    """
+
+    type: Literal["bearer", "header", "query", "basic"]
+    secret: str | None = None
+    name: str | None = None  # header name (type=header) or query parameter (type=query)
+    username: str | SecretRef | None = None  # type=basic
+    password: str | SecretRef | None = None  # type=basic with username
+
+    def secret_references(self) -> tuple[tuple[str, str], ...]:
+        """(field under ``request.auth``, secret name) of every secret this auth reads."""
+        named = [("secret", self.secret)]
+        named += [
+            (f"{part}.secret", value.secret)
+            for part, value in (("username", self.username), ("password", self.password))
+            if isinstance(value, SecretRef)
+        ]
+        return tuple((field, name) for field, name in named if name is not None)
+
+    def secret_names(self) -> tuple[str, ...]:
+        """Every workspace secret this auth reads, in order, without repeats."""
+        return tuple(dict.fromkeys(name for _, name in self.secret_references()))
 
 
 class RequestSpec(_Spec, kw_only=True):
@@ -34,7 +63,21 @@ class RequestSpec(_Spec, kw_only=True):
     query: dict[str, str] | None = None  # parameter -> JMESPath over the arguments
     headers: dict[str, str] | None = None  # static
     body: str | None = None  # JMESPath over the arguments
-    auth: AuthSpec | None = None
+    auth: AuthSpec | list[AuthSpec] | None = None  # a list: several credentials at once
+
+    def auth_entries(self) -> tuple[tuple[str, AuthSpec], ...]:
+        """(field path, binding) of each credential: ``request.auth`` for one object,
+        ``request.auth[i]`` for a list."""
+        if self.auth is None:
+            return ()
+        if isinstance(self.auth, AuthSpec):
+            return (("request.auth", self.auth),)
+        return tuple((f"request.auth[{index}]", auth) for index, auth in enumerate(self.auth))
+
+    def secret_names(self) -> tuple[str, ...]:
+        """Every workspace secret the request's auth reads, in order, without repeats."""
+        names = (name for _, auth in self.auth_entries() for name in auth.secret_names())
+        return tuple(dict.fromkeys(names))
 
 
 class ResponseSpec(_Spec, kw_only=True):

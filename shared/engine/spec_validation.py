@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import jmespath
 import jmespath.exceptions
@@ -24,9 +24,11 @@ from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
 from shared.engine.answer_limits import MAX_RAW_BYTES
+from shared.engine.credentials import static_credentials
+from shared.engine.request_builder import forms_dot_segment
 from shared.engine.schema_keywords import SCHEMA_CHECK_FORMAT_CHECKER, UNEVALUATED_WITH_PATTERNS
 from shared.engine.schema_patterns import pattern_problem
-from shared.engine.spec import AgentSpec, OperationSpec
+from shared.engine.spec import AgentSpec, AuthSpec, OperationSpec, RequestSpec, SecretRef
 
 if TYPE_CHECKING:
     from referencing._core import Resolver  # not re-exported at the top level
@@ -38,10 +40,11 @@ SECRET_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}")
 _PATH_VARIABLE = re.compile(r"\{([^{}]*)\}")
 _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+QUERY_NAME = re.compile(r"[A-Za-z0-9_.~\[\]-]{1,128}")
+_USERNAME = re.compile(r"[^:\x00-\x1f\x7f]{1,256}")  # RFC 7617: no colon in a user-id
 # Headers the request builder owns; a configured value would break framing.
 _RESERVED_HEADERS = {"host", "content-length", "transfer-encoding", "connection"}
-# Credentials belong in request.auth (an encrypted workspace secret), never in
-# a static header stored in clear with the spec.
+# The idempotency header carries an argument; these carry credentials.
 _CREDENTIAL_HEADERS = {"authorization", "proxy-authorization", "cookie"}
 _HEADER_VALUE_FORBIDDEN = ("\r", "\n", "\x00")
 _PATH_VARIABLE_TYPES = {"string", "integer", "number"}
@@ -244,7 +247,7 @@ def _check_jmespath(expression: str, field: str) -> list[FieldError]:
 
 
 def path_variables(url: str) -> list[str]:
-    return _PATH_VARIABLE.findall(urlsplit(url).path)
+    return [name.removeprefix("+") for name in _PATH_VARIABLE.findall(urlsplit(url).path)]
 
 
 def _input_properties(spec: OperationSpec) -> dict[str, Any]:
@@ -286,13 +289,18 @@ def _check_url(spec: OperationSpec, *, input_valid: bool) -> list[FieldError]:
         if "{" in stripped or "}" in stripped:
             errors.append(FieldError(field, f"unbalanced braces in path segment {segment!r}"))
             continue
-        for name in _PATH_VARIABLE.findall(segment):
+        if segment == stripped and forms_dot_segment(segment):
+            errors.append(
+                FieldError(field, f"the path segment {segment!r} is a '.' or '..' segment")
+            )
+        for expression in _PATH_VARIABLE.findall(segment):
+            name = expression.removeprefix("+")  # {+name}: reserved expansion, may carry "/"
             if not _VARIABLE_NAME.fullmatch(name):
                 errors.append(
                     FieldError(
                         field,
-                        f"path expression {{{name}}} is not a simple variable: only {{name}} "
-                        "expansions inside a path segment are allowed",
+                        f"path expression {{{expression}}} is not a simple variable: only "
+                        "{name} and {+name} expansions inside a path segment are allowed",
                     )
                 )
             elif not input_valid:
@@ -336,30 +344,16 @@ def _check_headers(spec: OperationSpec) -> list[FieldError]:
     for header, value in (request.headers or {}).items():
         field = f"request.headers.{header}"
         problems = _check_header_name(header, field)
-        if not problems and header.lower() in _CREDENTIAL_HEADERS:
-            problems.append(
-                FieldError(
-                    field,
-                    "credentials belong in request.auth (an encrypted workspace secret), "
-                    "not in a static header",
-                )
-            )
         if any(char in value for char in _HEADER_VALUE_FORBIDDEN):
             problems.append(FieldError(field, "a header value cannot contain CR, LF or NUL"))
         errors += problems
         configured.append((header.lower(), field))
-    auth = request.auth
-    if auth is not None:
-        if auth.type == "header":
-            if not auth.name:
-                errors.append(FieldError("request.auth.name", "type=header needs a header name"))
-            else:
-                errors += _check_header_name(auth.name, "request.auth.name")
-                configured.append((auth.name.lower(), "request.auth.name"))
-        else:
-            if auth.name is not None:
-                errors.append(FieldError("request.auth.name", "only type=header takes a name"))
-            configured.append(("authorization", "request.auth"))
+    for where, auth in request.auth_entries():
+        if auth.type == "header" and auth.name:
+            errors += _check_header_name(auth.name, f"{where}.name")
+            configured.append((auth.name.lower(), f"{where}.name"))
+        elif auth.type in ("bearer", "basic"):
+            configured.append(("authorization", where))
     idempotency = spec.execution_config.idempotency
     if idempotency is not None:
         field = "execution_config.idempotency.header"
@@ -374,6 +368,94 @@ def _check_headers(spec: OperationSpec) -> list[FieldError]:
             errors.append(FieldError(field, f"header {name!r} is configured in {first[name]} too"))
         else:
             first[name] = field
+    return errors
+
+
+def _check_secret_name(name: str | None, field: str, kind: str) -> list[FieldError]:
+    if name is None:
+        return [FieldError(field, f"type={kind} needs the name of a workspace secret")]
+    if not SECRET_NAME.fullmatch(name):
+        return [FieldError(field, "not a valid secret name")]
+    return []
+
+
+def _check_basic(auth: AuthSpec, where: str) -> list[FieldError]:
+    """``secret`` (``user:password``), or ``username`` with an optional ``password``."""
+    if auth.username is None:
+        if auth.password is not None:
+            return [FieldError(f"{where}.password", "a password goes with a username")]
+        return _check_secret_name(auth.secret, f"{where}.secret", "basic")
+    if auth.secret is not None:
+        return [FieldError(f"{where}.secret", "give either secret or username, not both")]
+    errors: list[FieldError] = []
+    if isinstance(auth.username, SecretRef):
+        errors += _check_secret_name(auth.username.secret, f"{where}.username.secret", "basic")
+    elif not _USERNAME.fullmatch(auth.username):
+        errors.append(
+            FieldError(f"{where}.username", "1-256 characters, no colon, no control characters")
+        )
+    if isinstance(auth.password, SecretRef):
+        errors += _check_secret_name(auth.password.secret, f"{where}.password.secret", "basic")
+    elif auth.password is not None:
+        errors.append(
+            FieldError(
+                f"{where}.password",
+                "a password in clear is shown to every viewer and in exports: put it in a "
+                "workspace secret and name it here as {secret: NAME}",
+            )
+        )
+    return errors
+
+
+def _check_binding(auth: AuthSpec, where: str) -> list[FieldError]:
+    """One binding: each auth type takes its own fields; secret references are valid names."""
+    errors: list[FieldError] = []
+    if auth.type != "basic":
+        errors += _check_secret_name(auth.secret, f"{where}.secret", auth.type)
+        for extra in ("username", "password"):
+            if getattr(auth, extra) is not None:
+                errors.append(FieldError(f"{where}.{extra}", "only type=basic takes it"))
+    else:
+        errors += _check_basic(auth, where)
+    if auth.type in ("bearer", "basic"):
+        if auth.name is not None:
+            errors.append(FieldError(f"{where}.name", "only type=header or query take a name"))
+    elif not auth.name:
+        errors.append(FieldError(f"{where}.name", f"type={auth.type} needs a name"))
+    elif auth.type == "query" and not QUERY_NAME.fullmatch(auth.name):
+        errors.append(
+            FieldError(
+                f"{where}.name", "a query parameter name is 1-128 of A-Z a-z 0-9 _ . ~ [ ] -"
+            )
+        )
+    return errors
+
+
+def _check_auth(request: RequestSpec) -> list[FieldError]:
+    """Every binding on its own, then the query parameters they set: each one set by
+    nothing else in the request. Header names and clashes are checked with the other
+    headers (``_check_headers``)."""
+    if isinstance(request.auth, list) and not request.auth:
+        return [FieldError("request.auth", "list at least one binding, or leave auth out")]
+    try:
+        taken = {key: "request.url" for key, _ in parse_qsl(urlsplit(request.url).query)}
+    except ValueError:
+        taken = {}  # the URL check reports it
+    taken |= {name: "request.query" for name in request.query or {}}
+    errors: list[FieldError] = []
+    for where, auth in request.auth_entries():
+        problems = _check_binding(auth, where)
+        errors += problems
+        if auth.type != "query" or auth.name is None or problems:
+            continue
+        if auth.name in taken:
+            errors.append(
+                FieldError(
+                    f"{where}.name",
+                    f"query parameter {auth.name!r} is set in {taken[auth.name]} too",
+                )
+            )
+        taken[auth.name] = where
     return errors
 
 
@@ -398,9 +480,9 @@ def validate_operation(spec: OperationSpec) -> list[FieldError]:
         errors += _check_jmespath(request.body, "request.body")
         if request.method in ("GET", "DELETE"):
             errors.append(FieldError("request.body", f"{request.method} requests carry no body"))
-    if request.auth is not None and not SECRET_NAME.fullmatch(request.auth.secret):
-        errors.append(FieldError("request.auth.secret", "not a valid secret name"))
+    errors += _check_auth(request)
     errors += _check_headers(spec)
+    errors += [FieldError(found.field, found.message) for found in static_credentials(spec)]
 
     response = spec.response
     if response.select is not None:

@@ -138,7 +138,7 @@ async def test_invalid_tool_name_is_refused_with_a_field_error(client: Client, e
 @pytest.mark.parametrize(
     "url",
     [
-        "https://api.example.com/orders/{+order_id}",
+        "https://api.example.com/v1/../admin/{order_id}",
         "https://api.example.com/orders/{order_id}x{..}",
         "https://api.example.com/orders{/order_id}",
         "https://{order_id}.example.com/orders",
@@ -381,6 +381,57 @@ async def test_publish_with_a_missing_secret_is_refused_until_it_exists(
         await conn.commit()
     accepted = await client.post(f"{BASE}/get_order/publish", headers=auth(editor, etag))
     assert accepted.status_code == 201
+
+
+async def test_publish_names_every_missing_secret_of_every_binding(
+    client: Client, editor: str, database_url: str
+) -> None:
+    basic = {"type": "basic", "username": {"secret": "ORDERS_USER"}, "password": {"secret": "PW"}}
+    query = {"type": "query", "name": "sig", "secret": "PW"}
+    url = "https://api.example.com/orders/{order_id}"
+    request = {"method": "GET", "url": url, "auth": [basic, query]}
+    etag = await create(client, editor, order_spec(request=request))
+    refused = await client.post(f"{BASE}/get_order/publish", headers=auth(editor, etag))
+    assert refused.status_code == 400
+    assert [e["field"] for e in refused.json()["errors"]] == [
+        "request.auth[0].username.secret",
+        "request.auth[0].password.secret",
+        "request.auth[1].secret",
+    ]
+    async with await connect(database_url) as conn:
+        for name in ("ORDERS_USER", "PW"):
+            await conn.execute(
+                """INSERT INTO secrets (workspace_id, name, ciphertext, nonce, key_id)
+                   SELECT id, %s, '\\x00', '\\x00', 'k1' FROM workspaces WHERE slug = %s""",
+                (name, WS),
+            )
+        await conn.commit()
+    accepted = await client.post(f"{BASE}/get_order/publish", headers=auth(editor, etag))
+    assert accepted.status_code == 201, accepted.text
+
+
+@pytest.mark.parametrize(
+    ("request_changes", "field"),
+    [
+        ({"headers": {"X-Api-Key": "demo-key"}}, "request.headers.X-Api-Key"),
+        ({"headers": {"X-Partner": "Bearer demo-key"}}, "request.headers.X-Partner"),
+        ({"query": {"api_key": "'demo-key'"}}, "request.query.api_key"),
+        ({"url": "https://api.example.com/orders/{order_id}?token=demo-key"}, "request.url"),
+    ],
+)
+async def test_a_credential_in_clear_is_refused_with_the_field_and_a_pointer_to_secrets(
+    client: Client, editor: str, request_changes: dict[str, Any], field: str
+) -> None:
+    request = {"method": "GET", "url": "https://api.example.com/orders/{order_id}"}
+    spec = order_spec(request={**request, **request_changes})
+    response = await client.post(BASE, json=spec, headers=auth(editor))
+    assert response.status_code == 400, response.text
+    assert response.json()["code"] == "validation_failed"
+    [error] = response.json()["errors"]
+    assert error["field"] == field
+    assert "workspace secret" in error["message"]
+    assert "request.auth" in error["message"]
+    assert "demo-key" not in response.text  # the refusal does not repeat the credential
 
 
 async def test_publish_bumps_the_catalog_version(

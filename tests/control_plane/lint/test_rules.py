@@ -393,6 +393,50 @@ def test_delete_keeps_confirmation_and_may_add_approval() -> None:
     assert lint_operation(delete_invoice(confirmation=True, approval=True)) == []
 
 
+# --- credentials in clear ---------------------------------------------------------------
+
+
+def test_a_static_credential_is_an_error_pointing_to_secrets() -> None:
+    request = {
+        "method": "GET",
+        "url": "https://crm.example/customers?key=AIzaSyA-1234567890abcdefghijklmnopqrstu",
+        "headers": {"Accept": "application/json", "X-Api-Key": "public"},
+        "query": {"email": "email", "access_token": "'abc'"},
+    }
+    findings = lint_operation(spec(request=request))
+    assert rules(findings) == [
+        ("static-credential", "request.headers.X-Api-Key"),
+        ("static-credential", "request.url"),
+        ("static-credential", "request.query.access_token"),
+    ]
+    for found in findings:
+        assert found.severity == "error"
+        assert "workspace secret" in found.message
+        assert "crank secrets set" in found.hint
+
+
+def test_a_static_credential_is_said_once_in_crank_lint() -> None:
+    """Validation refuses the same field with the same detector; lint reports it once."""
+    request = {"method": "GET", "url": "https://crm.example/customers"}
+    file = CrankFile(
+        operations=[spec(request={**request, "headers": {"Authorization": "Bearer abc"}})]
+    )
+    findings = check_and_lint_file(file, check_file(file))
+    assert [(f.rule, f.field) for f in findings if f.severity == "error"] == [
+        ("static-credential", "request.headers.Authorization")
+    ]
+
+
+def test_secrets_bound_by_auth_and_argument_query_values_pass() -> None:
+    request = {
+        "method": "GET",
+        "url": "https://crm.example/customers",
+        "query": {"email": "email"},
+        "auth": {"type": "query", "name": "api_key", "secret": "CRM_KEY"},
+    }
+    assert lint_operation(spec(request=request)) == []
+
+
 # --- agents ----------------------------------------------------------------------------
 
 

@@ -313,8 +313,8 @@ def test_path_query_and_body_name_collisions_map_to_the_right_places() -> None:
     )
     spec = one(doc)
     assert set(spec.input["properties"]) == {"id", "query_id", "body_id", "note"}
-    built = build_request(spec, {"id": "a/b", "query_id": 7, "body_id": "B"})
-    assert built.url == f"{BASE}/items/a%2Fb?id=7"
+    built = build_request(spec, {"id": "a b", "query_id": 7, "body_id": "B"})
+    assert built.url == f"{BASE}/items/a%20b?id=7"
     assert built.body == b'{"id":"B"}'  # the optional note is left out, not sent as null
     compile_operation(spec)
 
@@ -566,29 +566,53 @@ def test_security_schemes_become_auth_naming_a_secret_to_set() -> None:
         "token": {"type": "http", "scheme": "bearer"},
         "key": {"type": "apiKey", "in": "header", "name": "X-Api-Key"},
         "query_key": {"type": "apiKey", "in": "query", "name": "key"},
+        "cookie_key": {"type": "apiKey", "in": "cookie", "name": "sid"},
+        "basic": {"type": "http", "scheme": "basic"},
     }
+    # The document also declares the query key as a parameter: the auth sends it.
+    key_parameter = {"name": "key", "in": "query", "required": True, "schema": {"type": "string"}}
     doc = document(
         {
             "/a": {"get": {"responses": ok()}},
-            "/b": {"get": {"security": [{"query_key": []}, {"key": []}], "responses": ok()}},
-            "/c": {"get": {"security": [{"query_key": []}], "responses": ok()}},
+            "/b": {"get": {"security": [{"cookie_key": []}, {"key": []}], "responses": ok()}},
+            "/c": {
+                "get": {
+                    "security": [{"query_key": []}],
+                    "parameters": [key_parameter],
+                    "responses": ok(),
+                }
+            },
             "/d": {"get": {"security": [], "responses": ok()}},
+            "/e": {"get": {"security": [{"cookie_key": []}], "responses": ok()}},
+            "/f": {"get": {"security": [{"key": [], "query_key": []}], "responses": ok()}},
+            "/g": {"get": {"security": [{"token": [], "basic": []}], "responses": ok()}},
         },
         security=[{"token": []}],
     )
     doc["components"]["securitySchemes"] = schemes
     result = import_document(doc, ImportOptions(name_prefix="ex"))
-    auths = [op.request.auth for op in result.operations]
-    assert auths[0] is not None
-    assert (auths[0].type, auths[0].secret) == ("bearer", "ex_token")
-    assert auths[1] is not None
-    assert (auths[1].type, auths[1].name) == ("header", "X-Api-Key")
-    assert auths[2] is None
-    assert auths[3] is None
-    assert "query" in notes(result, "auth")[0]
+
+    def bound(index: int) -> list[tuple[str, str | None, str | None]]:
+        auth = result.operations[index].request.auth
+        entries = [] if auth is None else auth if isinstance(auth, list) else [auth]
+        return [(a.type, a.name, a.secret) for a in entries]
+
+    assert bound(0) == [("bearer", None, "ex_token")]
+    assert bound(1) == [("header", "X-Api-Key", "ex_key")]
+    assert bound(2) == [("query", "key", "ex_query_key")]
+    assert result.operations[2].input["properties"] == {}
+    assert bound(3) == bound(4) == []
+    # Both schemes of one requirement are sent, each from its secret.
+    assert bound(5) == [("header", "X-Api-Key", "ex_key"), ("query", "key", "ex_query_key")]
+    # Two schemes that both need Authorization: the first is sent, the note says so.
+    assert bound(6) == [("bearer", None, "ex_token")]
+    auth_notes = notes(result, "auth")
+    assert any("cookie" in note for note in auth_notes)
+    assert any("also requires basic" in note for note in auth_notes)
     assert {(s.name, s.kind, s.operations) for s in result.secrets} == {
-        ("ex_token", "bearer", 1),
-        ("ex_key", "header", 1),
+        ("ex_token", "bearer", 2),
+        ("ex_key", "header", 2),
+        ("ex_query_key", "query", 2),
     }
 
 

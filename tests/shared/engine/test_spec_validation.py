@@ -68,8 +68,11 @@ def test_names_that_are_not_tool_names_are_refused(name: str) -> None:
 @pytest.mark.parametrize(
     "url",
     [
-        "https://sales.example/orders/{+order_id}",  # reserved expansion keeps '/'
+        "https://sales.example/orders/{++order_id}",
+        "https://sales.example/orders/{+}",
         "https://sales.example/orders/{order_id*}",
+        "https://sales.example/v1/../admin/{order_id}",  # a static dot segment
+        "https://sales.example/v1/%2e%2e/admin/{order_id}",
         "https://sales.example/orders{/order_id}",
         "https://sales.example/orders/{order_id}/{..}",
         "https://sales.example/orders/{order_id",
@@ -82,6 +85,10 @@ def test_names_that_are_not_tool_names_are_refused(name: str) -> None:
 )
 def test_urls_that_could_escape_or_template_more_than_a_segment_are_refused(url: str) -> None:
     assert fields(with_path(url)) & {"request.url", "input.required"}
+
+
+def test_reserved_expansion_is_accepted() -> None:
+    assert fields(with_path("https://sales.example/files/{+order_id}/raw")) == set()
 
 
 def test_path_variable_must_be_required() -> None:

@@ -14,7 +14,6 @@ from shared.engine.errors import ToolError
 from shared.engine.masking import MASK
 from shared.engine.outbound import UpstreamExecutor
 from shared.engine.spec import operation_from_builtins
-from shared.engine.ssrf import AddressPolicy
 from shared.engine.upstream import UpstreamCall, UpstreamFailure
 from tests.support.gateway import serve_upstream
 from tests.support.processes import free_port
@@ -53,13 +52,6 @@ async def port() -> AsyncIterator[int]:
     app.router.add_get("/refuse", refuse)
     async with serve_upstream(app) as serving:
         yield serving
-
-
-@pytest.fixture
-async def executor() -> AsyncIterator[UpstreamExecutor]:
-    policy = AddressPolicy.from_settings(allow_private_upstreams=True, upstream_allowlist=())
-    async with UpstreamExecutor(policy) as running:
-        yield running
 
 
 async def test_a_success_is_selected_masked_and_measured(
