@@ -124,6 +124,24 @@ async def seed_catalog(client: Client, admin: str) -> Catalog:
     return Catalog(admin, keys["currency-rates"], keys["other"], approval.json()["key"])
 
 
+async def limit_agent(client: Client, admin: str, requests: int, per_seconds: int) -> None:
+    """Give currency-rates (of ``seed_catalog``) a rate_limit and publish it."""
+    base = "/api/v1/workspaces/default"
+    read = await client.get(f"{base}/agents/currency-rates", headers=auth(admin))
+    draft = {
+        **read.json()["draft"],
+        "rate_limit": {"requests": requests, "per_seconds": per_seconds},
+    }
+    put = await client.put(
+        f"{base}/agents/currency-rates", json=draft, headers=auth(admin, read.headers["etag"])
+    )
+    assert put.is_success, put.text
+    published = await client.post(
+        f"{base}/agents/currency-rates/publish", headers=auth(admin, put.headers["etag"])
+    )
+    assert published.is_success, published.text
+
+
 @dataclass
 class Served:
     """A Crank process served by granian on loopback, its output in ``log_path``."""
