@@ -15,9 +15,17 @@ import httpx
 import pytest
 
 from tests.support.api import Client
-from tests.support.gateway import SEED_URL_PATH, Catalog, limit_agent, run_gateway, seed_catalog
-from tests.support.mcp import TOOLS_LIST, bearer, modern, open_session
+from tests.support.gateway import (
+    FRANKFURTER,
+    SEED_URL_PATH,
+    Catalog,
+    limit_agent,
+    run_gateway,
+    seed_catalog,
+)
+from tests.support.mcp import INIT, TOOLS_LIST, bearer, modern, open_session
 from tests.support.processes import descendants, peak_rss_kib
+from tests.support.tool_calls import publish_agent, publish_operation
 
 APPROVALS_PATH = "/mcp/v1/default/currency-rates/approvals"
 CALL: dict[str, Any] = {  # invalid arguments: refused before any upstream is reached
@@ -39,7 +47,7 @@ async def setup(client: Client, admin_token: str, database_url: str, tmp_path: P
 
 def json_rpc_error(response: httpx.Response, status: int, code: int) -> dict[str, Any]:
     """The JSON-RPC error of ``response``, checked to be of ``status`` and ``code``."""
-    assert response.status_code == status, response.text
+    assert response.status_code == status, response.text[:500]
     assert "Traceback" not in response.text
     body = response.json()
     assert body["jsonrpc"] == "2.0"
@@ -102,27 +110,44 @@ async def test_an_unreadable_origin_is_403_before_the_key_on_both_endpoints(
 
 
 async def test_a_batch_over_the_item_limit_is_refused_without_growing_the_process(
-    setup: Any,
+    client: Client, admin_token: str, database_url: str, tmp_path: Path
 ) -> None:
-    catalog, gateway, http = setup
-    session_id = await open_session(http, catalog.agent_key, "2025-03-26")
-    headers = {**bearer(catalog.agent_key), "MCP-Session-Id": session_id}
-    # Like the fuzzer's batch of 21,000 tools/list in under 1 MB (a 76 MB answer, 310 MB peak).
-    items = [{"jsonrpc": "2.0", "id": i, "method": "tools/list"} for i in range(20_000)]
-    body = json.dumps(items, separators=(",", ":")).encode()
-    assert len(body) < 1_048_576
-    worker = max(descendants(gateway.process.pid))
-    peak_before = peak_rss_kib(worker)
-    response = await http.post(SEED_URL_PATH, content=body, headers=headers)
-    error = json_rpc_error(response, 400, -32600)
-    assert error["data"] == {"max_batch_items": 100, "batch_items": 20_000}
-    assert "at most 100 messages" in error["message"]
-    grown_mib = (peak_rss_kib(worker) - peak_before) / 1024
-    assert grown_mib < 60, f"the worker's peak grew by {grown_mib:.0f} MiB"
-    at_limit = await http.post(SEED_URL_PATH, json=items[:100], headers=headers)
-    assert at_limit.status_code == 200
-    assert [answer["id"] for answer in at_limit.json()] == list(range(100))
-    await still_serves(http, catalog)
+    catalog = await seed_catalog(client, admin_token)
+    # An agent whose tools/list answer is about 5 KB, like the fuzzer's.
+    names = [f"wide_{n}" for n in range(4)]
+    for name in names:
+        spec = {**FRANKFURTER, "name": name, "description": FRANKFURTER["description"] * 4}
+        await publish_operation(client, admin_token, spec)
+    key = await publish_agent(client, admin_token, "wide", names)
+    path = "/mcp/v1/default/wide"
+    # No rate limit: the bound on items alone must hold the batch back.
+    async with (
+        run_gateway(database_url, tmp_path, extra_env={"CRANK_RATE_LIMIT": "off"}) as gateway,
+        httpx.AsyncClient(base_url=gateway.url, timeout=30) as http,
+    ):
+        init = {**INIT, "params": {"protocolVersion": "2025-03-26", "capabilities": {}}}
+        opened = await http.post(path, json=init, headers=bearer(key))
+        headers = {**bearer(key), "MCP-Session-Id": opened.headers["mcp-session-id"]}
+        one = await http.post(path, json=[TOOLS_LIST], headers=headers)
+        assert len(one.content) > 4000
+        # Like the fuzzer's batch of 21,000 tools/list in under 1 MB; before the bound it
+        # made an answer of 20,000 tools/list pages (here 90 MB) in memory at once.
+        items = [{"jsonrpc": "2.0", "id": i, "method": "tools/list"} for i in range(20_000)]
+        body = json.dumps(items, separators=(",", ":")).encode()
+        assert len(body) < 1_048_576
+        worker = max(descendants(gateway.process.pid))
+        peak_before = peak_rss_kib(worker)
+        response = await http.post(path, content=body, headers=headers)
+        grown_mib = (peak_rss_kib(worker) - peak_before) / 1024
+        assert grown_mib < 60, f"the worker's peak grew by {grown_mib:.0f} MiB"
+        assert len(response.content) < 1000
+        error = json_rpc_error(response, 400, -32600)
+        assert error["data"] == {"max_batch_items": 100, "batch_items": 20_000}
+        assert "at most 100 messages" in error["message"]
+        at_limit = await http.post(path, json=items[:100], headers=headers)
+        assert at_limit.status_code == 200
+        assert [answer["id"] for answer in at_limit.json()] == list(range(100))
+        await still_serves(http, catalog)
 
 
 async def test_a_batch_answer_stops_at_its_byte_limit(
