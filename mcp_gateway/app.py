@@ -4,7 +4,9 @@ One ASGI callable fronts the process: the MCP endpoint
 (``/mcp/v1/{workspace}/{agent}`` and ``/v1/...``) goes straight to the lean
 handler, the approval-key endpoints (``.../{agent}/approvals...``) to
 mcp_gateway.approvals.endpoints; ``/healthz`` and ``/readyz`` are answered
-here. Metrics have their own port (``CRANK_METRICS_PORT``).
+here. Metrics have their own port (``CRANK_METRICS_PORT``). Behind the
+proxies of ``CRANK_TRUSTED_PROXIES`` the client address of every request is
+the one they forwarded in ``X-Forwarded-For`` (granian's proxy-header wrapper).
 
 ``/readyz`` answers 200 ``ready`` while the snapshot is current, 503
 ``starting`` before the first snapshot, and 503 ``degraded`` while the

@@ -124,14 +124,11 @@ async def seed_catalog(client: Client, admin: str) -> Catalog:
     return Catalog(admin, keys["currency-rates"], keys["other"], approval.json()["key"])
 
 
-async def limit_agent(client: Client, admin: str, requests: int, per_seconds: int) -> None:
-    """Give currency-rates (of ``seed_catalog``) a rate_limit and publish it."""
+async def change_agent(client: Client, admin: str, changes: dict[str, Any]) -> None:
+    """Change currency-rates' draft (of ``seed_catalog``) by ``changes`` and publish it."""
     base = "/api/v1/workspaces/default"
     read = await client.get(f"{base}/agents/currency-rates", headers=auth(admin))
-    draft = {
-        **read.json()["draft"],
-        "rate_limit": {"requests": requests, "per_seconds": per_seconds},
-    }
+    draft = {**read.json()["draft"], **changes}
     put = await client.put(
         f"{base}/agents/currency-rates", json=draft, headers=auth(admin, read.headers["etag"])
     )
@@ -140,6 +137,13 @@ async def limit_agent(client: Client, admin: str, requests: int, per_seconds: in
         f"{base}/agents/currency-rates/publish", headers=auth(admin, put.headers["etag"])
     )
     assert published.is_success, published.text
+
+
+async def limit_agent(client: Client, admin: str, requests: int, per_seconds: int) -> None:
+    """Give currency-rates a rate_limit and publish it."""
+    await change_agent(
+        client, admin, {"rate_limit": {"requests": requests, "per_seconds": per_seconds}}
+    )
 
 
 @dataclass
