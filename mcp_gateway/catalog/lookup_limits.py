@@ -9,7 +9,9 @@ token buckets bound that (docs/architecture.md, "Keys"):
   key created a moment ago may be among those waiting;
 - per client address (``CRANK_KEY_LOOKUP_LIMIT_PER_ADDRESS``): past it the
   answer is the 401 of an unknown key, so one address cannot use up the
-  process's look-ups for everyone else.
+  process's look-ups for everyone else. An IPv6 client counts by its /64
+  network: one host is usually given a whole /64 and can pick any address
+  in it.
 
 Neither refusal makes a query. The client address is the ASGI scope's, which
 behind a proxy is the proxy's unless ``CRANK_TRUSTED_PROXIES`` names it
@@ -18,6 +20,7 @@ behind a proxy is the proxy's unless ``CRANK_TRUSTED_PROXIES`` names it
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Callable
 from typing import Literal, NamedTuple
@@ -53,7 +56,7 @@ class LookupLimits:
         address_bucket = process_bucket = None
         if self._per_address is not None:
             capacity, rate = _size(self._per_address)
-            address_bucket = self._addresses.bucket(address, capacity, rate)
+            address_bucket = self._addresses.bucket(_client(address), capacity, rate)
             if address_bucket.wait_s(1, rate) > 0:
                 return Refusal("address")
         if self._per_process is not None:
@@ -66,6 +69,16 @@ class LookupLimits:
         if address_bucket is not None and self._per_address is not None:
             address_bucket.take(1, *_size(self._per_address))
         return None
+
+
+def _client(address: str) -> str:
+    """What one client is: its IPv4 address, or the /64 network of its IPv6 address."""
+    if ":" not in address:
+        return address
+    try:
+        return str(ipaddress.IPv6Network(f"{address}/64", strict=False))
+    except ValueError:
+        return address
 
 
 def _size(limit: tuple[int, int]) -> tuple[int, float]:

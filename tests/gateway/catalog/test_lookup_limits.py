@@ -22,6 +22,13 @@ def test_an_address_past_its_limit_is_refused_and_others_are_not() -> None:
     assert limits.take("198.51.100.1") is None
 
 
+def test_an_ipv6_client_counts_by_its_64_network() -> None:
+    limits = LookupLimits(None, (1, 100))
+    assert limits.take("2001:db8:1:2::1") is None
+    assert limits.take("2001:db8:1:2:ffff::9") == Refusal("address")
+    assert limits.take("2001:db8:1:3::1") is None
+
+
 def test_past_the_process_limit_the_refusal_says_when_the_next_look_up_may_run() -> None:
     clock = Clock()
     limits = LookupLimits((3, 30), None, clock)  # 3 at once, one every 10 s
