@@ -4,7 +4,9 @@ One ASGI callable fronts the process: the MCP endpoint
 (``/mcp/v1/{workspace}/{agent}`` and ``/v1/...``) goes straight to the lean
 handler, the approval-key endpoints (``.../{agent}/approvals...``) to
 mcp_gateway.approvals.endpoints; ``/healthz`` and ``/readyz`` are answered
-here. Metrics have their own port (``CRANK_METRICS_PORT``).
+here. Metrics have their own port (``CRANK_METRICS_PORT``). Behind the
+proxies of ``CRANK_TRUSTED_PROXIES`` the client address of every request is
+the one they forwarded in ``X-Forwarded-For`` (granian's proxy-header wrapper).
 
 ``/readyz`` answers 200 ``ready`` while the snapshot is current, 503
 ``starting`` before the first snapshot, and 503 ``degraded`` while the
@@ -34,12 +36,14 @@ from typing import Any
 
 import structlog
 from aiohttp import web
+from granian.utils.proxies import wrap_asgi_with_proxy_headers
 
 from mcp_gateway.approvals import endpoints as approval_endpoints
 from mcp_gateway.approvals.expiry import ExpirySweeper
 from mcp_gateway.approvals.leases import CHANNEL as APPROVALS_CHANNEL
 from mcp_gateway.approvals.worker import ApprovalWorker
 from mcp_gateway.catalog.keys import KeyResolver
+from mcp_gateway.catalog.lookup_limits import LookupLimits
 from mcp_gateway.catalog.refresher import Refresher, resilient_conninfo
 from mcp_gateway.catalog.snapshot import Snapshot, SnapshotOptions
 from mcp_gateway.pipeline.confirmation_tokens import ConfirmationSigner
@@ -62,7 +66,7 @@ from shared.engine.spec import RateLimit
 from shared.engine.ssrf import AddressPolicy
 from shared.last_use import LastUseRecorder
 from shared.logging import configure_logging
-from shared.settings import Settings, SettingsError, load_settings
+from shared.settings import Settings, SettingsError, load_settings, parse_rate_limit
 
 log = structlog.get_logger(__name__)
 
@@ -80,6 +84,13 @@ class GatewayApp:
         self._pruner: Pruner | None = None
         self._expiry: ExpirySweeper | None = None
         self._chained_signals: dict[int, Any] = {}  # signal -> the handler we chained to
+        # Behind the proxies it names, the client address is the one they forwarded
+        # (docs/architecture.md, "Keys": the per-address look-up limit counts by it).
+        self._http = (
+            wrap_asgi_with_proxy_headers(self._serve_http, list(settings.trusted_proxies))
+            if settings.trusted_proxies
+            else self._serve_http
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -87,6 +98,9 @@ class GatewayApp:
             return
         if scope["type"] != "http":
             return
+        await self._http(scope, receive, send)
+
+    async def _serve_http(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
         match = MCP_PATH.fullmatch(path)
         state = self.state
@@ -173,7 +187,15 @@ class GatewayApp:
                 box=SecretBox(self.secret_key, settings.secret_key_previous),
             ),
         )
-        keys = KeyResolver(hasher, pool, database_reachable=lambda: refresher.database_reachable)
+        keys = KeyResolver(
+            hasher,
+            pool,
+            database_reachable=lambda: refresher.database_reachable,
+            limits=LookupLimits(
+                parse_rate_limit(settings.key_lookup_limit),
+                parse_rate_limit(settings.key_lookup_limit_per_address),
+            ),
+        )
         await refresher.start()
         replicas = Replicas(pool)
         default_limit = settings.default_rate_limit()

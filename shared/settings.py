@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -31,6 +32,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     )
     # tools/call per key: "REQUESTS/SECONDS", or "off"; an agent's rate_limit overrides it.
     rate_limit: str = "600/60"
+    # Database look-ups of keys the snapshot does not know: "REQUESTS/SECONDS" or "off",
+    # per process and per client address (docs/architecture.md, "Keys").
+    key_lookup_limit: str = "20/1"
+    key_lookup_limit_per_address: str = "5/10"
+    # Addresses or networks of proxies whose X-Forwarded-For names the client address.
+    trusted_proxies: tuple[str, ...] = ()
+    mcp_max_batch_items: int = 100  # messages in one 2025-03-26 JSON-RPC batch
+    mcp_max_batch_answer_bytes: int = 4_194_304  # past this, a batch's later requests are not run
     call_log_flush_ms: int = 1000  # the call log is written in batches this often
     # Retention in days; 0 keeps rows forever (docs/architecture.md, "Retention").
     call_log_retention_days: int = 30
@@ -69,7 +78,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return self.secret_key
 
 
-def parse_rate_limit(raw: str) -> tuple[int, int] | None:
+def parse_rate_limit(raw: str, name: str = "CRANK_RATE_LIMIT") -> tuple[int, int] | None:
+    """(requests, per_seconds) of a "REQUESTS/SECONDS" setting; None when it is "off"."""
     text = raw.strip().lower()
     if text in ("off", "none", "0"):
         return None
@@ -79,10 +89,19 @@ def parse_rate_limit(raw: str) -> tuple[int, int] | None:
     except ValueError:
         value = None
     if value is None or value[0] < 1 or not 1 <= value[1] <= 86400:
-        raise SettingsError(
-            f"CRANK_RATE_LIMIT must be REQUESTS/SECONDS (e.g. 600/60) or off, got {raw!r}"
-        )
+        raise SettingsError(f"{name} must be REQUESTS/SECONDS (e.g. 600/60) or off, got {raw!r}")
     return value
+
+
+def _check_networks(entries: tuple[str, ...]) -> None:
+    for entry in entries:
+        try:
+            ipaddress.ip_network(entry)
+        except ValueError:
+            raise SettingsError(
+                f"CRANK_TRUSTED_PROXIES holds addresses or networks (e.g. 10.0.0.0/8), "
+                f"got {entry!r}"
+            ) from None
 
 
 _BOOL = {
@@ -128,6 +147,13 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     if settings.mcp_refresh_ms < 100:
         raise SettingsError("CRANK_MCP_REFRESH_MS must be at least 100")
     settings.default_rate_limit()  # raises on a value it cannot read
+    parse_rate_limit(settings.key_lookup_limit, "CRANK_KEY_LOOKUP_LIMIT")
+    parse_rate_limit(settings.key_lookup_limit_per_address, "CRANK_KEY_LOOKUP_LIMIT_PER_ADDRESS")
+    _check_networks(settings.trusted_proxies)
+    if not 1 <= settings.mcp_max_batch_items <= 10_000:
+        raise SettingsError("CRANK_MCP_MAX_BATCH_ITEMS must be between 1 and 10000")
+    if not 65_536 <= settings.mcp_max_batch_answer_bytes <= 1_073_741_824:
+        raise SettingsError("CRANK_MCP_MAX_BATCH_ANSWER_BYTES must be between 65536 and 1073741824")
     if not 100 <= settings.call_log_flush_ms <= 60_000:
         raise SettingsError("CRANK_CALL_LOG_FLUSH_MS must be between 100 and 60000")
     for name in ("approval_ttl_s", "confirmation_ttl_s", "idempotency_retention_s"):

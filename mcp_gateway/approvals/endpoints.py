@@ -84,7 +84,7 @@ async def handle(
             await respond(send, 204, headers={**cors, **preflight, "Allow": f"{allowed}, OPTIONS"})
             return
         # The whole sequence, Origin included (checked again: one set look-up).
-        agent, _ = await authenticate(state, headers, workspace, slug, "approval")
+        agent, _ = await authenticate(state, scope, headers, workspace, slug, "approval")
         if scope["method"] != allowed:
             raise ProtocolError(
                 405, f"use {allowed} here", headers={"Allow": f"{allowed}, OPTIONS"}

@@ -2,8 +2,15 @@
 
 A key created a moment ago is not in the snapshot yet; the first request
 with it looks it up once and keeps it until the next snapshot (which then
-holds it). Unknown keys are remembered briefly, so a flood of wrong keys
-costs one query per distinct key per ``NEGATIVE_TTL_S``.
+holds it). Look-ups of keys the snapshot does not know are bounded
+(docs/architecture.md, "Keys"):
+
+- an unknown key is remembered by its HMAC hash for ``NEGATIVE_TTL_S``;
+- concurrent look-ups of the same key share one query;
+- the rest pass the look-up limits of mcp_gateway.catalog.lookup_limits, per
+  process and per client address, before any query: past the address's, the
+  answer is None (401), past the process's ``KeyLookupUnavailable`` (503)
+  with the time until the next look-up may run.
 
 When that look-up cannot be made (the refresher finds the database
 unreachable, or the query does not answer within ``LOOKUP_TIMEOUT_S``),
@@ -13,14 +20,20 @@ outage from a wrong one, and a 401 tells a client to give up on its key. Keys
 in the snapshot keep working through an outage.
 
 Hot path: a token already resolved against the current snapshot is
-remembered (raw token → ``Key``, bounded) so that a repeat request skips the
-checksum and the HMAC. The memory belongs to one snapshot object: a swap
-clears it, so a key revoked by a publish stops working at the same swap as
-before, and expiry is still checked against the clock on every request.
+remembered (a SHA-256 of the token → ``Key``, bounded; never the token itself)
+so that a repeat request skips the checksum and the HMAC. The memory belongs
+to one snapshot object: a swap clears it, so a key revoked by a publish stops
+working at the same swap as before, and expiry is still checked against the
+clock on every request.
+
+``crank_key_lookups_total{result}`` counts what became of every token the
+snapshot did not know (``LOOKUP_RESULTS``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -28,7 +41,9 @@ from datetime import datetime
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from mcp_gateway.catalog.lookup_limits import LookupLimits
 from mcp_gateway.catalog.snapshot import Key, Snapshot
+from mcp_gateway.upkeep.metrics import KEY_LOOKUPS
 from shared.crypto import KeyHasher
 from shared.db import Connection, within
 from shared.keys import KeyKind, parse_key
@@ -38,10 +53,27 @@ LOOKUP_TIMEOUT_S = 2.0
 RETRY_AFTER_S = 2
 _MAX_REMEMBERED = 10_000
 _MAX_RESOLVED = 10_000
+# What became of a token the snapshot did not know; the first three made a query.
+LOOKUP_RESULTS = (
+    "found",
+    "not_found",
+    "failed",  # the query failed or timed out (503)
+    "remembered",  # a key found unknown within NEGATIVE_TTL_S (401)
+    "joined",  # the same key's look-up was already running: its answer is shared
+    "database_down",  # the refresher finds the database unreachable (503)
+    "refused_address",  # the client address is past its look-up limit (401)
+    "refused_busy",  # the process is past its look-up limit (503)
+)
+_counters = {result: KEY_LOOKUPS.labels(result) for result in LOOKUP_RESULTS}
 
 
 class KeyLookupUnavailable(Exception):
-    """The key is not in the snapshot and the database cannot be asked now."""
+    """The key is not in the snapshot and the database cannot be asked now;
+    ``retry_after_s``: when asking again may help."""
+
+    def __init__(self, retry_after_s: int = RETRY_AFTER_S) -> None:
+        super().__init__(f"retry after {retry_after_s} s")
+        self.retry_after_s = retry_after_s
 
 
 class KeyResolver:
@@ -53,14 +85,17 @@ class KeyResolver:
         pool: AsyncConnectionPool[Connection],
         *,
         database_reachable: Callable[[], bool] = lambda: True,
+        limits: LookupLimits | None = None,
     ) -> None:
         self._hasher = hasher
         self._pool = pool
         self._database_reachable = database_reachable
+        self._limits = limits or LookupLimits(None, None)
         self._fresh: dict[bytes, Key] = {}
-        self._unknown: dict[bytes, float] = {}
-        # Raw token -> key, valid for ``_resolved_for`` only (see the module docstring).
-        self._resolved: dict[str, Key] = {}
+        self._unknown: dict[bytes, float] = {}  # HMAC hash -> remembered unknown until
+        self._running: dict[bytes, asyncio.Future[Key | None]] = {}  # HMAC hash -> look-up
+        # SHA-256 of the token -> key, valid for ``_resolved_for`` only (module docstring).
+        self._resolved: dict[bytes, Key] = {}
         self._resolved_for: Snapshot | None = None
 
     def snapshot_swapped(self, snapshot: Snapshot) -> None:
@@ -70,11 +105,13 @@ class KeyResolver:
         self._resolved.clear()
         self._resolved_for = None
 
-    async def resolve(self, token: str, snapshot: Snapshot) -> Key | None:
+    async def resolve(self, token: str, snapshot: Snapshot, address: str = "") -> Key | None:
+        """``address``: the client's, for the per-address look-up limit."""
         if snapshot is not self._resolved_for:  # also covers a caller holding an older one
             self._resolved.clear()
             self._resolved_for = snapshot
-        key = self._resolved.get(token)
+        token_hash = hashlib.sha256(token.encode()).digest()
+        key = self._resolved.get(token_hash)
         if key is not None:
             return None if key.expired(time.time()) else key
         kind = parse_key(token)
@@ -88,23 +125,58 @@ class KeyResolver:
                 # No await since the check above: this is still ``snapshot``'s memory.
                 if len(self._resolved) >= _MAX_RESOLVED:
                     self._resolved.clear()
-                self._resolved[token] = key
+                self._resolved[token_hash] = key
                 return None if key.expired(now) else key
+        return await self._look_up_unknown(candidates, address)
+
+    async def _look_up_unknown(self, candidates: list[bytes], address: str) -> Key | None:
+        """A key the snapshot does not know, within the bounds of the module docstring."""
         primary = candidates[0]
         if self._unknown.get(primary, 0.0) > time.monotonic():
+            _counters["remembered"].inc()
             return None
+        running = self._running.get(primary)
+        if running is not None:
+            _counters["joined"].inc()
+            return await asyncio.shield(running)
         if not self._database_reachable():
+            _counters["database_down"].inc()
             raise KeyLookupUnavailable  # fail fast instead of waiting for a pool that is down
+        refusal = self._limits.take(address)
+        if refusal is not None and refusal.reason == "address":
+            _counters["refused_address"].inc()
+            return None
+        if refusal is not None:
+            _counters["refused_busy"].inc()
+            raise KeyLookupUnavailable(refusal.retry_after_s)
+        lookup = asyncio.ensure_future(self._query(candidates))
+        self._running[primary] = lookup
+        lookup.add_done_callback(lambda done: self._finished(primary, done))
+        return await asyncio.shield(lookup)  # a caller that goes away leaves it to the others
+
+    def _finished(self, primary: bytes, lookup: asyncio.Future[Key | None]) -> None:
+        if self._running.get(primary) is lookup:
+            del self._running[primary]
+        if not lookup.cancelled():
+            lookup.exception()  # retrieved, even when every caller has gone away
+
+    async def _query(self, candidates: list[bytes]) -> Key | None:
+        """One look-up; the answer is remembered (a key until the next snapshot, an unknown
+        one for ``NEGATIVE_TTL_S``)."""
+        primary = candidates[0]
         try:
             key = await within(LOOKUP_TIMEOUT_S, self._look_up(candidates))
         except (psycopg.OperationalError, psycopg.InterfaceError, TimeoutError) as exc:
             # PoolTimeout is an OperationalError.
+            _counters["failed"].inc()
             raise KeyLookupUnavailable from exc
         if key is None:
+            _counters["not_found"].inc()
             if len(self._unknown) >= _MAX_REMEMBERED:
                 self._unknown.clear()
             self._unknown[primary] = time.monotonic() + NEGATIVE_TTL_S
             return None
+        _counters["found"].inc()
         if len(self._fresh) >= _MAX_REMEMBERED:
             self._fresh.clear()
         self._fresh[primary] = key

@@ -37,6 +37,13 @@ class Headers:
         return self._values.get(name)
 
 
+def client_address(scope: Scope) -> str:
+    """The client's address as the server saw it ("" when unknown, e.g. a Unix socket);
+    behind a trusted proxy, the one it forwarded (mcp_gateway.app)."""
+    client = scope.get("client")
+    return str(client[0]) if client else ""
+
+
 async def read_body(receive: Receive, limit: int) -> bytes:
     """The whole body; raises BodyTooLarge past ``limit`` bytes; a disconnect ends it early."""
     chunks: list[bytes] = []

@@ -14,10 +14,10 @@ from __future__ import annotations
 from typing import Literal, NamedTuple
 from urllib.parse import urlsplit
 
-from mcp_gateway.catalog.keys import RETRY_AFTER_S, KeyLookupUnavailable
+from mcp_gateway.catalog.keys import KeyLookupUnavailable
 from mcp_gateway.catalog.snapshot import Agent, Key
 from mcp_gateway.state import GatewayState
-from mcp_gateway.transport.asgi import Headers
+from mcp_gateway.transport.asgi import Headers, Scope, client_address
 from mcp_gateway.transport.errors import ProtocolError
 from shared.settings import Settings
 
@@ -48,13 +48,22 @@ _WORDING: dict[KeyKind, _Wording] = {
 }
 
 
+def origin_host(origin: str) -> str | None:
+    """The host of an Origin header; None when it has none or cannot be read
+    (``http://[::1`` makes urlsplit raise: an unreadable Origin is refused, never a 500)."""
+    try:
+        return urlsplit(origin).hostname
+    except ValueError:
+        return None
+
+
 def origin_allowed(origin: str, allowed: tuple[str, ...], *, loopback_ok: bool) -> bool:
     """Browsers send Origin; a page on another site must not reach the gateway
     (DNS rebinding). ``CRANK_ALLOWED_ORIGINS`` are allowed; loopback pages too,
     but only while the gateway itself listens on loopback (a local run)."""
     if origin.rstrip("/") in allowed:
         return True
-    host = urlsplit(origin).hostname
+    host = origin_host(origin)
     return loopback_ok and host is not None and host in LOOPBACK_HOSTS
 
 
@@ -80,7 +89,7 @@ def bearer(headers: Headers) -> str | None:
 
 
 async def authenticate(
-    state: GatewayState, headers: Headers, workspace: str, slug: str, kind: KeyKind
+    state: GatewayState, scope: Scope, headers: Headers, workspace: str, slug: str, kind: KeyKind
 ) -> tuple[Agent, Key]:
     """The published agent and the key of kind ``kind`` that may use it; raises
     ProtocolError in the order of the module docstring. Marks the key used."""
@@ -88,12 +97,12 @@ async def authenticate(
     token = bearer(headers)
     snapshot = state.refresher.snapshot
     try:
-        key = await state.keys.resolve(token, snapshot) if token else None
-    except KeyLookupUnavailable:  # 503, not 401: the key may be valid (mcp_gateway.catalog.keys)
+        key = await state.keys.resolve(token, snapshot, client_address(scope)) if token else None
+    except KeyLookupUnavailable as busy:  # 503, not 401: the key may be valid (catalog.keys)
         raise ProtocolError(
             503,
             "cannot check this API key now; retry",
-            headers={"Retry-After": str(RETRY_AFTER_S)},
+            headers={"Retry-After": str(busy.retry_after_s)},
         ) from None
     if key is None:
         raise ProtocolError(

@@ -1,6 +1,7 @@
 """The checks every POST to the MCP endpoint passes, in both protocol eras.
 
-Content-Type (400) → Accept (400) → body size (413) → JSON (400, -32700) →
+Content-Type (400) → Accept (400) → body size (413) → JSON, nested at most
+``jsonrpc.MAX_DEPTH`` levels (400, -32700) →
 batches (400; only the legacy era accepts one, and checks its session and
 version itself) → one JSON-RPC message (400, -32600). Each refusal raises
 ProtocolError (docs/architecture.md, "Status precedence").

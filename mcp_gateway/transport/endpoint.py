@@ -35,7 +35,7 @@ async def handle(
     headers = Headers(scope)
     exchange: Exchange | None = None
     try:
-        agent, key = await authenticate(state, headers, workspace, slug, "agent")
+        agent, key = await authenticate(state, scope, headers, workspace, slug, "agent")
         exchange = Exchange(state, scope, receive, send, headers, agent, key, new_request_id())
         structlog.contextvars.bind_contextvars(
             request_id=exchange.request_id, agent=f"{workspace}/{slug}"

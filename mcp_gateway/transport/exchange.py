@@ -17,8 +17,8 @@ from mcp_gateway.transport.asgi import (
     start_stream,
 )
 from mcp_gateway.transport.errors import ProtocolError
-from mcp_gateway.transport.jsonrpc import RATE_LIMITED_CODE, RequestId
-from mcp_gateway.transport.rate_limits import MethodClass
+from mcp_gateway.transport.jsonrpc import INVALID_REQUEST, RATE_LIMITED_CODE, RequestId
+from mcp_gateway.transport.rate_limits import MethodClass, OverCapacity
 from mcp_gateway.upkeep.metrics import RATE_LIMITED, requests_counter
 
 # Metric labels: a client names any method it likes; only these get a series of their own.
@@ -39,6 +39,7 @@ _LABELLED = {
     "DELETE",
     "-",
 }
+_CLASS_WORDS = {"tools_call": "tools/call tokens", "other": "tokens for other requests"}
 
 
 @dataclass(slots=True)
@@ -71,10 +72,28 @@ class Exchange:
 
     def admit(self, kind: MethodClass, rpc_id: RequestId | None = None, cost: int = 1) -> None:
         """Take ``cost`` from the key's rate limit; over it, raise the 429 ProtocolError."""
+        self.admit_all({kind: cost}, rpc_id)
+
+    def admit_all(self, costs: dict[MethodClass, int], rpc_id: RequestId | None = None) -> None:
+        """Take every cost of ``costs`` or none (a batch): 429 with the real wait when the
+        tokens are not there yet, 400 when the request needs more than this replica ever
+        holds (docs/architecture.md, "Rate limits across replicas")."""
         limit = self.agent.rate_limit or self.state.default_rate_limit
-        wait_s = self.state.limiter.take(self.key.id, limit, kind, cost)
+        try:
+            wait_s = self.state.limiter.admit(self.key.id, limit, costs)
+        except OverCapacity as over:
+            RATE_LIMITED.labels(f"{self.agent.workspace}/{self.agent.slug}", over.kind).inc()
+            raise ProtocolError(
+                400,
+                f"this batch needs {over.cost} {_CLASS_WORDS[over.kind]} at once, more than "
+                f"the key's rate limit ever allows here ({over.capacity}); send smaller batches",
+                code=INVALID_REQUEST,
+                data={"method_class": over.kind, "needed": over.cost, "limit": over.capacity},
+                rpc_id=rpc_id,
+            ) from None
         if not wait_s:
             return
+        kind: MethodClass = "tools_call" if costs.get("tools_call") else "other"
         RATE_LIMITED.labels(f"{self.agent.workspace}/{self.agent.slug}", kind).inc()
         raise ProtocolError(
             429,

@@ -12,6 +12,8 @@ from typing import Any
 
 import msgspec
 
+from shared.json_depth import nests_deeper_than
+
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
@@ -21,6 +23,8 @@ HEADER_MISMATCH = -32020  # 2026-07-28: Mcp-Method / Mcp-Name disagree with the 
 UNSUPPORTED_VERSION = -32022  # 2026-07-28: protocol version not supported
 REFUSED = -32001  # Crank's own: refused before any JSON-RPC (Origin, key, agent)
 RATE_LIMITED_CODE = -32029  # Crank's own, with HTTP 429 (docs/architecture.md, "Status precedence")
+
+MAX_DEPTH = 64  # arrays and objects in one message, its own object included
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
@@ -52,8 +56,14 @@ class InvalidMessage(ValueError):
 
 
 def decode(body: bytes) -> Any:
-    """The JSON value; raises msgspec.DecodeError for malformed JSON."""
-    return _decoder.decode(body)
+    """The JSON value; raises msgspec.DecodeError for malformed JSON, and for JSON nested
+    deeper than ``MAX_DEPTH`` (shared.json_depth)."""
+    if nests_deeper_than(body, MAX_DEPTH):
+        raise msgspec.DecodeError(f"JSON nested deeper than {MAX_DEPTH} levels")
+    try:
+        return _decoder.decode(body)
+    except RecursionError:  # unreachable below MAX_DEPTH; kept so depth is never a 500
+        raise msgspec.DecodeError("JSON nested too deeply") from None
 
 
 def encode(value: Any) -> bytes:

@@ -26,6 +26,7 @@ from mcp_gateway.transport.jsonrpc import (
     METHOD_NOT_FOUND,
     InvalidMessage,
     Message,
+    RequestId,
     encode,
     error,
     parse_message,
@@ -106,18 +107,30 @@ async def _post(exchange: Exchange, version_header: str | None) -> None:
 
 
 async def _batch(exchange: Exchange, items: list[Any], version_header: str | None) -> None:
+    """A 2025-03-26 batch: at most ``CRANK_MCP_MAX_BATCH_ITEMS`` messages, admitted at once;
+    once the answers reach ``CRANK_MCP_MAX_BATCH_ANSWER_BYTES`` the remaining requests are
+    not run and each gets an error saying so (docs/mcp-interface.md, "Rules inside a
+    session")."""
     exchange.rpc_method = "batch"
     claims = _session(exchange, version_header)
     if claims.protocol_version != BATCH_VERSION or not items:
         raise ProtocolError(400, BATCHES_REFUSED, code=INVALID_REQUEST)
+    settings = exchange.state.settings
+    if len(items) > settings.mcp_max_batch_items:
+        raise ProtocolError(
+            400,
+            f"a batch holds at most {settings.mcp_max_batch_items} messages, this one "
+            f"{len(items)}; send smaller batches",
+            code=INVALID_REQUEST,
+            data={"max_batch_items": settings.mcp_max_batch_items, "batch_items": len(items)},
+        )
     calls = sum(
         1 for item in items if isinstance(item, dict) and item.get("method") == "tools/call"
     )
-    if calls:
-        exchange.admit("tools_call", cost=calls)
-    if len(items) > calls:
-        exchange.admit("other", cost=len(items) - calls)
+    exchange.admit_all({"tools_call": calls, "other": len(items) - calls})
+    budget = settings.mcp_max_batch_answer_bytes
     answers: list[bytes] = []
+    size = 0
     for item in items:
         try:
             message = parse_message(item)
@@ -128,12 +141,28 @@ async def _batch(exchange: Exchange, items: list[Any], version_header: str | Non
             answers.append(
                 encode(error(message.id, INVALID_REQUEST, "initialize cannot be batched"))
             )
+        elif message.is_request and size >= budget:
+            answers.append(_not_run(message.id, budget))
         elif message.is_request:
-            answers.append(await _dispatch(exchange, message))
+            answer = await _dispatch(exchange, message)
+            size += len(answer)
+            answers.append(answer)
     if not answers:
         await exchange.answer(202)
         return
     await exchange.reply(b"[" + b",".join(answers) + b"]")
+
+
+def _not_run(request_id: RequestId | None, budget: int) -> bytes:
+    return encode(
+        error(
+            request_id,
+            INVALID_REQUEST,
+            f"not run: this batch's answers reached {budget} bytes; send this request again "
+            "alone or in a smaller batch",
+            {"max_batch_answer_bytes": budget},
+        )
+    )
 
 
 async def _initialize(exchange: Exchange, message: Message) -> None:

@@ -16,28 +16,37 @@ call). With traffic spread evenly the cluster admits the limit within one
 call per replica; traffic that sticks to one replica gets only that
 replica's share (stricter, never looser). docs/mcp-interface.md states the
 tolerance; tests/gateway/transport/test_rate_limits.py checks it.
+
+A refusal tells the truth (docs/architecture.md, "Rate limits across
+replicas"): ``Retry-After`` is the time until every bucket the request needs
+holds its cost, and a request that needs more than a bucket ever holds (a
+JSON-RPC batch larger than this replica's share) raises ``OverCapacity``
+instead of a wait that would never end. A request takes from all its buckets
+or from none.
 """
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import Literal
 
 from shared.engine.spec import RateLimit
+from shared.token_bucket import TokenBuckets, retry_after_s
 
 MethodClass = Literal["tools_call", "other"]
 OTHER_FACTOR = 10  # the cap on non-tools/call requests, relative to the tools/call limit
-_PRUNE_EVERY_S = 60.0
 
 
-@dataclass(slots=True)
-class _Bucket:
-    tokens: float
-    updated: float  # time.monotonic()
-    full_at: float  # when it will be full again if left alone; then it can be forgotten
+class OverCapacity(Exception):
+    """One request needs more tokens than this replica's bucket holds: it can never pass
+    here, so waiting would not help (a JSON-RPC batch larger than the share)."""
+
+    def __init__(self, kind: MethodClass, cost: int, capacity: int) -> None:
+        super().__init__(f"{cost} {kind} tokens needed, {capacity} held")
+        self.kind = kind
+        self.cost = cost
+        self.capacity = capacity
 
 
 class RateLimiter:
@@ -49,40 +58,37 @@ class RateLimiter:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._share = share  # () -> (rank, live replicas); rank in [0, replicas)
-        self._clock = clock
-        self._buckets: dict[tuple[int, MethodClass], _Bucket] = {}
-        self._pruned = clock()
+        self._buckets: TokenBuckets[tuple[int, MethodClass]] = TokenBuckets(clock)
 
     def take(self, key_id: int, limit: RateLimit | None, kind: MethodClass, cost: int = 1) -> int:
-        """Take ``cost`` tokens; 0 when admitted, else whole seconds to wait."""
+        """``admit`` of one method class."""
+        return self.admit(key_id, limit, {kind: cost})
+
+    def admit(self, key_id: int, limit: RateLimit | None, costs: Mapping[MethodClass, int]) -> int:
+        """Take ``costs`` from the key's buckets, all or nothing: 0 when admitted, else the
+        whole seconds until all of them could be taken. Raises OverCapacity when a cost is
+        larger than its bucket."""
         if limit is None:
             return 0
-        requests = limit.requests * (OTHER_FACTOR if kind == "other" else 1)
         rank, replicas = self._share()
-        capacity = max(1, requests // replicas + (1 if rank < requests % replicas else 0))
-        rate = requests / limit.per_seconds / replicas  # tokens per second
-        now = self._clock()
-        bucket = self._buckets.get((key_id, kind))
-        if bucket is None:
-            bucket = self._buckets[(key_id, kind)] = _Bucket(capacity, now, now)
-        else:
-            bucket.tokens = min(capacity, bucket.tokens + (now - bucket.updated) * rate)
-            bucket.updated = now
-        if bucket.tokens >= cost:
-            bucket.tokens -= cost
-            bucket.full_at = now + (capacity - bucket.tokens) / rate
-            admitted = 0
-        else:
-            admitted = max(1, math.ceil((min(cost, capacity) - bucket.tokens) / rate))
-        if now - self._pruned >= _PRUNE_EVERY_S:
-            self._prune(now)
-        return admitted
-
-    def _prune(self, now: float) -> None:
-        """Forget buckets that have refilled: a fresh one is identical."""
-        self._pruned = now
-        for key in [key for key, bucket in self._buckets.items() if bucket.full_at <= now]:
-            del self._buckets[key]
+        wanted = []
+        wait = 0.0
+        for kind, cost in costs.items():
+            if cost <= 0:
+                continue
+            requests = limit.requests * (OTHER_FACTOR if kind == "other" else 1)
+            capacity = max(1, requests // replicas + (1 if rank < requests % replicas else 0))
+            if cost > capacity:
+                raise OverCapacity(kind, cost, capacity)
+            rate = requests / limit.per_seconds / replicas  # tokens per second
+            bucket = self._buckets.bucket((key_id, kind), capacity, rate)
+            wait = max(wait, bucket.wait_s(cost, rate))
+            wanted.append((bucket, cost, capacity, rate))
+        if wait > 0:
+            return retry_after_s(wait)
+        for bucket, cost, capacity, rate in wanted:
+            bucket.take(cost, capacity, rate)
+        return 0
 
     def __len__(self) -> int:
         return len(self._buckets)

@@ -57,6 +57,14 @@ RATE_LIMITED = Counter(
     ["agent", "method_class"],
     registry=REGISTRY,
 )
+# ``result`` is one of the fixed names of mcp_gateway.catalog.keys (LOOKUP_RESULTS).
+KEY_LOOKUPS = Counter(
+    "crank_key_lookups_total",
+    "Bearer keys the snapshot did not know, by what became of them; "
+    "found, not_found and failed made a database query.",
+    ["result"],
+    registry=REGISTRY,
+)
 CALL_LOG_DROPPED = Counter(
     "crank_call_log_dropped_total",
     "Call log rows dropped because the buffer was full or the database refused a batch.",

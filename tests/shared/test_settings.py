@@ -29,6 +29,12 @@ def test_lists_and_booleans_are_parsed() -> None:
         ("CRANK_GATEWAY_PORT", "eighty"),
         ("CRANK_ALLOW_PRIVATE_UPSTREAMS", "maybe"),
         ("CRANK_LANGUAGE", "de"),
+        ("CRANK_KEY_LOOKUP_LIMIT", "20"),
+        ("CRANK_KEY_LOOKUP_LIMIT_PER_ADDRESS", "five/10"),
+        ("CRANK_TRUSTED_PROXIES", "10.0.0.1/8"),
+        ("CRANK_TRUSTED_PROXIES", "*"),
+        ("CRANK_MCP_MAX_BATCH_ITEMS", "0"),
+        ("CRANK_MCP_MAX_BATCH_ANSWER_BYTES", "1024"),
     ],
 )
 def test_bad_values_are_clear_errors(name: str, value: str) -> None:
@@ -39,3 +45,10 @@ def test_bad_values_are_clear_errors(name: str, value: str) -> None:
 def test_missing_secret_key_explains_how_to_make_one() -> None:
     with pytest.raises(SettingsError, match="CRANK_SECRET_KEY"):
         load_settings({}).require_secret_key()
+
+
+def test_the_hostile_input_bounds_have_their_documented_defaults() -> None:
+    settings = load_settings({"CRANK_TRUSTED_PROXIES": "10.0.0.0/8, 192.0.2.7"})
+    assert (settings.key_lookup_limit, settings.key_lookup_limit_per_address) == ("20/1", "5/10")
+    assert (settings.mcp_max_batch_items, settings.mcp_max_batch_answer_bytes) == (100, 4_194_304)
+    assert settings.trusted_proxies == ("10.0.0.0/8", "192.0.2.7")

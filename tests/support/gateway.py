@@ -124,6 +124,28 @@ async def seed_catalog(client: Client, admin: str) -> Catalog:
     return Catalog(admin, keys["currency-rates"], keys["other"], approval.json()["key"])
 
 
+async def change_agent(client: Client, admin: str, changes: dict[str, Any]) -> None:
+    """Change currency-rates' draft (of ``seed_catalog``) by ``changes`` and publish it."""
+    base = "/api/v1/workspaces/default"
+    read = await client.get(f"{base}/agents/currency-rates", headers=auth(admin))
+    draft = {**read.json()["draft"], **changes}
+    put = await client.put(
+        f"{base}/agents/currency-rates", json=draft, headers=auth(admin, read.headers["etag"])
+    )
+    assert put.is_success, put.text
+    published = await client.post(
+        f"{base}/agents/currency-rates/publish", headers=auth(admin, put.headers["etag"])
+    )
+    assert published.is_success, published.text
+
+
+async def limit_agent(client: Client, admin: str, requests: int, per_seconds: int) -> None:
+    """Give currency-rates a rate_limit and publish it."""
+    await change_agent(
+        client, admin, {"rate_limit": {"requests": requests, "per_seconds": per_seconds}}
+    )
+
+
 @dataclass
 class Served:
     """A Crank process served by granian on loopback, its output in ``log_path``."""

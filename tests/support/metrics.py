@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
 from shared.metrics import REGISTRY
 
 
 def background_failures(task: str) -> float:
     """``crank_background_failures_total`` of one background loop (shared.periodic)."""
     return REGISTRY.get_sample_value("crank_background_failures_total", {"task": task}) or 0.0
+
+
+async def served_counts(port: int, name: str, label: str) -> dict[str, float]:
+    """The samples of counter ``name`` a gateway serves on its metrics ``port``, by the
+    value of ``label`` (a child never incremented is absent)."""
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    return {
+        sample.labels[label]: sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == name.removesuffix("_total")
+        for sample in family.samples
+        if sample.name == name and label in sample.labels
+    }

@@ -120,3 +120,12 @@ def test_a_new_prefix_is_drawn_when_the_counter_wraps_and_after_a_fork(
     assert ids.new() == "req_0000000b00000000"
     ids.reset()  # what os.register_at_fork runs in a child
     assert ids.new() == "req_0000000c00000000"
+
+
+async def test_the_resolver_keeps_no_raw_token_in_memory() -> None:
+    resolver = _resolver()
+    token = generate_key(KeyKind.AGENT)
+    snapshot = _snapshot(1, {KeyHasher(SECRET).hash(token): Key(1, "agent", 7, None)})
+    assert await resolver.resolve(token, snapshot) is not None
+    held = [value for value in vars(resolver).values() if isinstance(value, dict)]
+    assert all(token not in memory and token.encode() not in memory for memory in held)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_gateway.transport.rate_limits import OTHER_FACTOR, RateLimiter
+from mcp_gateway.transport.rate_limits import OTHER_FACTOR, OverCapacity, RateLimiter
 from shared.engine.spec import RateLimit
 from shared.settings import SettingsError, parse_rate_limit
 
@@ -107,6 +107,36 @@ def test_full_buckets_are_forgotten() -> None:
     clock.now += 120  # refilled and past the pruning interval
     rl.take(1000, LIMIT, "tools_call")
     assert len(rl) == 1
+
+
+def test_a_cost_larger_than_the_bucket_is_refused_as_never_passing() -> None:
+    rl, _ = limiter(rank=0, replicas=2)  # this replica's share of 5 is 3
+    with pytest.raises(OverCapacity) as refused:
+        rl.take(1, LIMIT, "tools_call", cost=4)
+    assert (refused.value.kind, refused.value.cost, refused.value.capacity) == ("tools_call", 4, 3)
+    assert rl.take(1, LIMIT, "tools_call", cost=3) == 0
+
+
+def test_retry_after_is_the_time_until_the_whole_cost_is_there() -> None:
+    rl, clock = limiter()  # 5 at once, one token every 2 s
+    assert rl.take(1, LIMIT, "tools_call", cost=5) == 0
+    assert rl.take(1, LIMIT, "tools_call", cost=4) == 8
+    clock.now += 7.9
+    assert rl.take(1, LIMIT, "tools_call", cost=4) == 1  # rounded up: 0.2 s
+    clock.now += 0.1
+    assert rl.take(1, LIMIT, "tools_call", cost=4) == 0
+
+
+def test_a_request_of_both_classes_takes_from_both_or_from_neither() -> None:
+    rl, clock = limiter()
+    assert rl.take(1, LIMIT, "tools_call", cost=5) == 0
+    # The tools/call bucket is empty: nothing is taken from the other one.
+    assert rl.admit(1, LIMIT, {"tools_call": 1, "other": 50}) == 2
+    assert rl.take(1, LIMIT, "other", cost=50) == 0
+    # tools/call has a token again in 2 s, the other bucket 50 in 10 s: the later one counts.
+    assert rl.admit(1, LIMIT, {"tools_call": 1, "other": 50}) == 10
+    clock.now += 10
+    assert rl.admit(1, LIMIT, {"tools_call": 1, "other": 50}) == 0
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,14 @@ from typing import Any
 import httpx
 import psycopg
 
-from tests.support.api import Client, auth
-from tests.support.gateway import SEED_URL_PATH, run_gateway, seed_catalog, wait_until
+from tests.support.api import Client
+from tests.support.gateway import (
+    SEED_URL_PATH,
+    limit_agent,
+    run_gateway,
+    seed_catalog,
+    wait_until,
+)
 from tests.support.mcp import INIT, bearer, modern, open_session, request
 
 BASE = "/api/v1/workspaces/default"
@@ -27,23 +33,6 @@ CALL: dict[str, Any] = {
     "params": {"name": "frankfurter_latest_rate", "arguments": {"base": "not a code"}},
 }
 PING = {"jsonrpc": "2.0", "id": 4, "method": "ping"}
-
-
-async def limit_agent(client: Client, admin: str, requests: int, per_seconds: int) -> None:
-    """Give currency-rates a rate_limit and publish it."""
-    read = await client.get(f"{BASE}/agents/currency-rates", headers=auth(admin))
-    draft = {
-        **read.json()["draft"],
-        "rate_limit": {"requests": requests, "per_seconds": per_seconds},
-    }
-    put = await client.put(
-        f"{BASE}/agents/currency-rates", json=draft, headers=auth(admin, read.headers["etag"])
-    )
-    assert put.is_success, put.text
-    published = await client.post(
-        f"{BASE}/agents/currency-rates/publish", headers=auth(admin, put.headers["etag"])
-    )
-    assert published.is_success, published.text
 
 
 async def tools_call(http: httpx.AsyncClient, headers: dict[str, str]) -> httpx.Response:

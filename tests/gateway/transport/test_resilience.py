@@ -23,7 +23,14 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tests.support.api import Client, auth
-from tests.support.gateway import FRANKFURTER, SEED_URL_PATH, run_gateway, seed_catalog, wait_until
+from tests.support.gateway import (
+    FRANKFURTER,
+    SEED_URL_PATH,
+    change_agent,
+    run_gateway,
+    seed_catalog,
+    wait_until,
+)
 from tests.support.mcp import INIT, TOOLS_LIST, bearer, modern, open_session, request
 
 BASE = "/api/v1/workspaces/default"
@@ -133,19 +140,9 @@ async def publish_second_tool(client: Client, admin: str) -> None:
         f"{BASE}/operations/frankfurter_rate_again/publish", headers=auth(admin, op.headers["etag"])
     )
     assert published.is_success, published.text
-    agent = await client.get(f"{BASE}/agents/currency-rates", headers=h)
-    draft = {
-        **agent.json()["draft"],
-        "operations": ["frankfurter_latest_rate", "frankfurter_rate_again"],
-    }
-    updated = await client.put(
-        f"{BASE}/agents/currency-rates", json=draft, headers=auth(admin, agent.headers["etag"])
+    await change_agent(
+        client, admin, {"operations": ["frankfurter_latest_rate", "frankfurter_rate_again"]}
     )
-    assert updated.is_success, updated.text
-    done = await client.post(
-        f"{BASE}/agents/currency-rates/publish", headers=auth(admin, updated.headers["etag"])
-    )
-    assert done.is_success, done.text
 
 
 @pytest.mark.parametrize(
