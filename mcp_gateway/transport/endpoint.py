@@ -10,6 +10,7 @@ the way is a ProtocolError, answered here as a JSON-RPC error.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import structlog
@@ -21,10 +22,12 @@ from mcp_gateway.transport.asgi import Headers, Receive, Scope, Send, respond
 from mcp_gateway.transport.auth import authenticate
 from mcp_gateway.transport.errors import ProtocolError
 from mcp_gateway.transport.exchange import Exchange
+from mcp_gateway.transport.jsonrpc import INTERNAL_ERROR
 from mcp_gateway.transport.versions import LEGACY_VERSIONS
 from mcp_gateway.upkeep.metrics import latency_histogram, requests_counter
 
 _ALLOW = {"Allow": "GET, POST, DELETE"}
+log = structlog.get_logger(__name__)
 
 
 async def handle(
@@ -52,6 +55,15 @@ async def handle(
         label = "-" if exchange is None else exchange.label
         requests_counter(label, problem.status).inc()
         await respond(send, problem.status, problem.jsonrpc_body(), headers=problem.headers)
+    except Exception:
+        # A bug, never an input (no input answers 500: docs/security.md,
+        # "Hostile input"): logged with its request id, answered without a traceback.
+        log.exception("mcp_endpoint_failed")
+        label = "-" if exchange is None else exchange.label
+        requests_counter(label, 500).inc()
+        crashed = ProtocolError(500, "internal error; retry later", code=INTERNAL_ERROR)
+        with contextlib.suppress(Exception):  # the answer may have started already
+            await respond(send, 500, crashed.jsonrpc_body())
     finally:
         if exchange is not None:
             latency_histogram(exchange.label).observe(time.perf_counter() - started)
