@@ -23,6 +23,7 @@ from control_plane.access import (
     declared_access,
     dependency_names,
 )
+from control_plane.admission import admit
 from control_plane.app import API_PREFIX, SCHEMA_PATH
 from control_plane.auth import Role
 from control_plane.deps import Caller, CurrentWorkspace, dependencies
@@ -289,9 +290,10 @@ def start(*handlers: BaseRouteHandler) -> None:
     app = Litestar(
         route_handlers=[api],
         dependencies=dependencies,
+        before_request=admit,
         signature_namespace={"Connection": Connection},
     )
-    check_declared_access(app.routes, under=API_PREFIX, public=SCHEMA_PATH)
+    check_declared_access(app.routes, under=API_PREFIX, public=SCHEMA_PATH, admission=admit)
 
 
 @get("/workspaces/{workspace:str}/things", access=Role.VIEWER, sync_to_thread=False)
