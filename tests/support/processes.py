@@ -52,3 +52,18 @@ def accepts_connections(port: int) -> bool:
     with socket.socket() as probe:
         probe.settimeout(1)
         return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def memory_kib(pid: int) -> tuple[int, int]:
+    """(resident set now, its high-water mark) of a live process, in KiB."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
+
+
+def largest_descendant(root: int) -> int:
+    """The descendant of ``root`` with the most resident memory: a server's app worker."""
+    found = [pid for pid in descendants(root) if running(pid)]
+    assert found, f"process {root} has no live descendant"
+    return max(found, key=lambda pid: memory_kib(pid)[0])
