@@ -9,10 +9,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from litestar import Litestar, Router, get
+from litestar import Litestar, Request, Router, get, post
 from litestar.exceptions import ImproperlyConfiguredException
 from litestar.handlers import BaseRouteHandler
-from litestar.params import FromPath
+from litestar.params import FromPath, JSONBody
 from litestar.routes import HTTPRoute
 
 from control_plane.access import (
@@ -27,6 +27,7 @@ from control_plane.admission import admit
 from control_plane.app import API_PREFIX, SCHEMA_PATH
 from control_plane.auth import Role
 from control_plane.deps import Caller, CurrentWorkspace, dependencies
+from control_plane.request_body import BodyLimit
 from shared.db import Connection
 from tests.support.api import Client, auth, make_token
 
@@ -326,8 +327,43 @@ def unauthenticated_route() -> str:
     return "anyone"
 
 
+async def skip_admission(_request: Request[Any, Any, Any]) -> None:
+    return None
+
+
+@get(
+    "/workspaces/{workspace:str}/things",
+    access=Role.VIEWER,
+    before_request=skip_admission,
+    sync_to_thread=False,
+)
+def route_that_skips_admission(ws: CurrentWorkspace) -> str:
+    return ws.slug
+
+
+@post(
+    "/workspaces/{workspace:str}/things",
+    access=Role.VIEWER,
+    body_limit=BodyLimit.DOCUMENT,
+    sync_to_thread=False,
+)
+def document_route_for_viewers(ws: CurrentWorkspace, data: JSONBody[dict[str, Any]]) -> str:
+    return ws.slug
+
+
+@post(
+    "/workspaces/{workspace:str}/things",
+    access=Role.EDITOR,
+    body_limit=BodyLimit.DOCUMENT,
+    sync_to_thread=False,
+)
+def document_route_for_editors(ws: CurrentWorkspace, data: JSONBody[dict[str, Any]]) -> str:
+    return ws.slug
+
+
 def test_an_app_whose_routes_declare_and_enforce_their_access_starts() -> None:
     start(declared_workspace_route)
+    start(document_route_for_editors)
 
 
 @pytest.mark.parametrize(
@@ -338,6 +374,8 @@ def test_an_app_whose_routes_declare_and_enforce_their_access_starts() -> None:
         workspace_route_for_any_caller,
         role_outside_workspaces,
         unauthenticated_route,
+        route_that_skips_admission,
+        document_route_for_viewers,
     ],
 )
 def test_an_app_with_a_route_whose_access_is_undeclared_or_unenforced_does_not_start(
