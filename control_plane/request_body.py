@@ -32,7 +32,7 @@ from litestar.handlers import BaseRouteHandler
 from litestar.serialization import decode_json
 from litestar.utils.scope.state import ScopeState
 
-from control_plane.errors import BodyTooLarge, ValidationFailed
+from control_plane.errors import BadRequest, BodyTooLarge, ValidationFailed
 from control_plane.request_checks import MAX_JSON_DEPTH, MAX_JSON_VALUES, json_problem
 from shared.engine.spec_validation import FieldError
 from shared.settings import Settings
@@ -80,8 +80,8 @@ async def read_body(request: Request[Any, Any, Any], limit: int, setting: str) -
     size = 0
     while True:
         message = await request.receive()
-        if message["type"] == "http.disconnect":
-            break
+        if message["type"] == "http.disconnect":  # a cut body could still parse: never use it
+            raise BadRequest("the client went away before the whole body arrived")
         chunk: bytes = message.get("body", b"")  # type: ignore[assignment]
         size += len(chunk)
         if size > limit:

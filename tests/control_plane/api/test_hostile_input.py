@@ -16,9 +16,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from httpx import Response
 
 from control_plane.request_checks import MAX_JSON_DEPTH, MAX_JSON_VALUES, json_problem
-from tests.support.api import Client, auth, make_token
+from tests.support.api import Client, auth, create_workspace, make_token
 from tests.support.cli import Server, clean_env, crank, run_async
 from tests.support.processes import largest_descendant, memory_kib
 from tests.support.uploads import upload
@@ -216,21 +217,17 @@ WS = "/api/v1/workspaces/acme"
 
 @pytest.fixture
 async def acme(client: Client, admin_token: str) -> None:
-    created = await client.post(
-        "/api/v1/workspaces", json={"slug": "acme"}, headers=auth(admin_token)
-    )
-    assert created.status_code == 201, created.text
+    await create_workspace(client, admin_token, "acme")
 
 
 def json_headers(token: str) -> dict[str, str]:
     return {**auth(token), "Content-Type": "application/json"}
 
 
-def refused(response: object) -> str:
+def refused(response: Response) -> str:
     """The message of a 400 validation_failed answer."""
-    status = getattr(response, "status_code", None)
-    body = response.json()  # type: ignore[attr-defined]
-    assert (status, body["code"]) == (400, "validation_failed"), body
+    body = response.json()
+    assert (response.status_code, body["code"]) == (400, "validation_failed"), body
     return str(body["message"])
 
 

@@ -341,29 +341,24 @@ def route_that_skips_admission(ws: CurrentWorkspace) -> str:
     return ws.slug
 
 
-@post(
-    "/workspaces/{workspace:str}/things",
-    access=Role.VIEWER,
-    body_limit=BodyLimit.DOCUMENT,
-    sync_to_thread=False,
-)
-def document_route_for_viewers(ws: CurrentWorkspace, data: JSONBody[dict[str, Any]]) -> str:
-    return ws.slug
+def document_route(access: Role) -> BaseRouteHandler:
+    """A route that takes a document-sized body from ``access`` and up."""
 
+    @post(
+        "/workspaces/{workspace:str}/things",
+        access=access,
+        body_limit=BodyLimit.DOCUMENT,
+        sync_to_thread=False,
+    )
+    def take_document(ws: CurrentWorkspace, data: JSONBody[dict[str, Any]]) -> str:
+        return ws.slug
 
-@post(
-    "/workspaces/{workspace:str}/things",
-    access=Role.EDITOR,
-    body_limit=BodyLimit.DOCUMENT,
-    sync_to_thread=False,
-)
-def document_route_for_editors(ws: CurrentWorkspace, data: JSONBody[dict[str, Any]]) -> str:
-    return ws.slug
+    return take_document
 
 
 def test_an_app_whose_routes_declare_and_enforce_their_access_starts() -> None:
     start(declared_workspace_route)
-    start(document_route_for_editors)
+    start(document_route(Role.EDITOR))
 
 
 @pytest.mark.parametrize(
@@ -375,7 +370,7 @@ def test_an_app_whose_routes_declare_and_enforce_their_access_starts() -> None:
         role_outside_workspaces,
         unauthenticated_route,
         route_that_skips_admission,
-        document_route_for_viewers,
+        document_route(Role.VIEWER),
     ],
 )
 def test_an_app_with_a_route_whose_access_is_undeclared_or_unenforced_does_not_start(
