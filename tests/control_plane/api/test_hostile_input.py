@@ -9,15 +9,20 @@ The structural checks run in process, against the run's test database.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import threading
 import time
 import tracemalloc
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from httpx import Response
 
+from control_plane.cli.client import Client as CliClient
+from control_plane.cli.common import CliError
 from control_plane.request_checks import MAX_JSON_DEPTH, MAX_JSON_VALUES, json_problem
 from tests.support.api import Client, auth, create_workspace, make_token
 from tests.support.cli import Server, clean_env, crank, run_async
@@ -208,6 +213,34 @@ def test_crank_reports_the_413_of_an_upload_the_server_stopped_reading(
     assert "body_too_large (413)" in result.stderr, result.stderr
     assert "CRANK_MAX_DOCUMENT_BYTES" in result.stderr
     assert "pipe" not in result.stderr.lower()
+
+
+@pytest.fixture
+def hang_up_url() -> Iterator[str]:
+    """A server that reads a request's head, then closes without an answer."""
+
+    def serve(listener: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection, _ = listener.accept()
+                with connection:
+                    connection.recv(4096)
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        threading.Thread(target=serve, args=(listener,), daemon=True).start()
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+def test_the_cli_names_the_limits_when_an_upload_is_cut_without_an_answer(
+    hang_up_url: str,
+) -> None:
+    client = CliClient(hang_up_url, "crk_admin_token")
+    with pytest.raises(CliError) as refused_upload:
+        client.post("/workspaces/acme/apply", {"description": "x" * 8_000_000})
+    message = str(refused_upload.value)
+    assert "closed the connection while a 8000018-byte body was being sent" in message
+    assert "CRANK_MAX_BODY_BYTES" in message
+    assert "CRANK_MAX_DOCUMENT_BYTES" in message
 
 
 # In process: the structural checks, which run only for an admitted caller.
