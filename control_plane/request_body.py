@@ -105,15 +105,16 @@ def most_values(raw: bytes) -> int:
 
 
 def _decode_checked(raw: bytes, request: Request[Any, Any, Any]) -> Any:
-    """The decoded body; raises ValidationFailed; returns None for text that is not JSON."""
+    """The decoded body; raises ValidationFailed (400) or BadRequest (not JSON)."""
     try:
         _RAW.decode(raw)  # syntax and nesting checked, nothing allocated
     except RecursionError:
         raise ValidationFailed(
             [FieldError("", f"the JSON body is nested more than {MAX_JSON_DEPTH} levels deep")]
         ) from None
-    except msgspec.DecodeError:
-        return None  # not JSON: the handler reports it as it always does
+    except msgspec.DecodeError as exc:
+        # Refused here: decoding it for real would build its valid prefix first.
+        raise BadRequest(f"the body is not valid JSON: {exc}") from None
     if most_values(raw) > MAX_JSON_VALUES:
         raise ValidationFailed(
             [FieldError("", f"the JSON body holds more than {MAX_JSON_VALUES} values")]
@@ -134,8 +135,6 @@ async def load_body(request: Request[Any, Any, Any], settings: Settings) -> None
     if not raw:
         return
     if len(raw) > _THREAD_FROM_BYTES:
-        document = await asyncio.to_thread(_decode_checked, raw, request)
+        state.json = await asyncio.to_thread(_decode_checked, raw, request)
     else:
-        document = _decode_checked(raw, request)
-    if document is not None:
-        state.json = document
+        state.json = _decode_checked(raw, request)

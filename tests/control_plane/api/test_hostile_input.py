@@ -27,7 +27,7 @@ from control_plane.request_checks import MAX_JSON_DEPTH, MAX_JSON_VALUES, json_p
 from tests.support.api import Client, auth, create_workspace, make_token
 from tests.support.cli import Server, clean_env, crank, run_async
 from tests.support.processes import largest_descendant, memory_kib
-from tests.support.uploads import upload
+from tests.support.uploads import empty_objects, upload
 
 HOSTILE_BYTES = 30_000_000
 ORDINARY_LIMIT = 1_048_576  # CRANK_MAX_BODY_BYTES's default
@@ -276,6 +276,17 @@ async def test_a_body_with_more_values_than_the_bound_is_400_before_it_is_decode
     text = '{"operations": [], "description": "' + ",[{" * 400_000 + '"}'
     inside = await client.post(f"{WS}/apply", content=text, headers=json_headers(admin_token))
     assert "values" not in inside.text
+
+
+@pytest.mark.usefixtures("acme")
+async def test_a_body_that_is_not_json_is_400_before_its_valid_prefix_is_decoded(
+    client: Client, admin_token: str
+) -> None:
+    body = b"".join(empty_objects(3_000_000))[:-1] + b"x"  # a million dicts, then a typo
+    response = await client.post(f"{WS}/apply", content=body, headers=json_headers(admin_token))
+    assert response.status_code == 400, response.text
+    assert response.json()["code"] == "bad_request"
+    assert "not valid JSON" in response.json()["message"]
 
 
 @pytest.mark.usefixtures("acme")
