@@ -1,32 +1,36 @@
-"""Who may call each admin route: declared once on the route, checked by its
-dependencies (docs/architecture.md, "Roles").
+"""Who may call each admin route: declared once on the route, checked before
+the body is read (docs/architecture.md, "Roles", "Request admission").
 
 Every handler of the admin API names its callers in its decorator with
 ``access=`` (Litestar keeps extra decorator keywords in the handler's ``opt``):
 
 - a :class:`~control_plane.auth.Role` for a route under
-  ``/workspaces/{workspace}``: the ``ws`` dependency (control_plane.deps)
-  loads the path's workspace and refuses a caller below that role;
+  ``/workspaces/{workspace}``: admission loads the path's workspace and
+  refuses a caller below that role; the ``ws`` dependency hands it over;
 - ``ANY_CALLER`` for a route outside workspaces that any admin token may call;
 - ``INSTANCE_ADMIN`` for a route outside workspaces only instance admins may
-  call: the ``principal`` dependency refuses the others.
+  call: admission refuses the others.
 
 :func:`check_declared_access` runs when the app is built and refuses to start
-it when a route declares nothing, or declares something its path and
-dependencies cannot enforce, so a new route cannot forget its check.
+it when a route declares nothing, declares something its path cannot carry,
+does not take the caller from its dependency, is not admitted by the app's
+admission hook, or accepts a document-sized body from less than an editor,
+so a new route cannot forget its check.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from enum import Enum
+from typing import Any
 
 from litestar.exceptions import ImproperlyConfiguredException
-from litestar.handlers import BaseRouteHandler
+from litestar.handlers import BaseRouteHandler, HTTPRouteHandler
 from litestar.routes import BaseRoute, HTTPRoute
 
 from control_plane.auth import Role
+from control_plane.request_body import BodyLimit, body_limit, takes_body
 
 ACCESS = "access"  # the handler opt key the decorators' ``access=`` lands in
 WORKSPACE_PARAMETER = "workspace"  # the path parameter naming the workspace
@@ -66,7 +70,9 @@ def dependency_names(handler: BaseRouteHandler) -> set[str]:
     return seen
 
 
-def access_problem(route: HTTPRoute, handler: BaseRouteHandler) -> str | None:
+def access_problem(
+    route: HTTPRoute, handler: BaseRouteHandler, admission: Callable[..., Any]
+) -> str | None:
     """Why the handler's access declaration cannot hold, or None when it does."""
     access = declared_access(handler)
     in_workspace = WORKSPACE_PARAMETER in route.path_parameters
@@ -80,14 +86,24 @@ def access_problem(route: HTTPRoute, handler: BaseRouteHandler) -> str | None:
         )
     needed = WORKSPACE_DEPENDENCY if in_workspace else CALLER_DEPENDENCY
     if needed not in dependency_names(handler):
-        return f"does not depend on {needed!r}, which enforces its access"
+        return f"does not depend on {needed!r}, which hands it the admitted caller"
+    if (
+        not isinstance(handler, HTTPRouteHandler)
+        or handler.resolve_before_request() is not admission
+    ):
+        return "does not run the admission hook before its body (before_request)"
+    documents = takes_body(handler) and body_limit(handler) is BodyLimit.DOCUMENT
+    if documents and not (isinstance(access, Role) and access >= Role.EDITOR):
+        return "accepts a document-sized body from less than an editor"
     return None
 
 
-def check_declared_access(routes: Iterable[BaseRoute], under: str, public: str) -> None:
+def check_declared_access(
+    routes: Iterable[BaseRoute], under: str, public: str, admission: Callable[..., Any]
+) -> None:
     """Refuse to start when a route below ``under`` (but not below ``public``) has
-    no access declaration its dependencies enforce; Litestar's automatic OPTIONS
-    answers are left alone."""
+    no access declaration that ``admission`` (the app's ``before_request`` hook)
+    enforces; Litestar's automatic OPTIONS answers are left alone."""
     problems = [
         f"{sorted(handler.http_methods)} {route.path} {problem}"
         for route in routes
@@ -96,7 +112,7 @@ def check_declared_access(routes: Iterable[BaseRoute], under: str, public: str) 
         and not (route.path == public or route.path.startswith(f"{public}/"))
         for handler in route.route_handlers
         if handler.http_methods != {"OPTIONS"}
-        and (problem := access_problem(route, handler)) is not None
+        and (problem := access_problem(route, handler, admission)) is not None
     ]
     if problems:
         raise ImproperlyConfiguredException(

@@ -11,9 +11,9 @@ from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
 from control_plane.access import check_declared_access
+from control_plane.admission import admit
 from control_plane.deps import CrankState, dependencies
 from control_plane.errors import exception_handlers
-from control_plane.request_checks import check_request
 from control_plane.routes import route_handlers
 from control_plane.state import AppState
 from shared.crypto import KeyHasher, SecretBox
@@ -80,9 +80,10 @@ def create_app(settings: Settings | None = None) -> Litestar:
         route_handlers=[healthz, readyz, Router(API_PREFIX, route_handlers=route_handlers)],
         dependencies=dependencies,
         exception_handlers=exception_handlers,
-        before_request=check_request,
+        before_request=admit,  # access, then the body (docs/architecture.md, "Request admission")
         lifespan=[lifespan],
-        request_max_body_size=settings.max_body_bytes,
+        # Admission reads bodies under each route's own limit; this only backs it up.
+        request_max_body_size=max(settings.max_body_bytes, settings.max_document_bytes),
         signature_namespace={"Connection": Connection},
         openapi_config=OpenAPIConfig(
             title="Crank control plane",
@@ -103,5 +104,5 @@ def create_app(settings: Settings | None = None) -> Litestar:
             security=[{"adminToken": []}],
         ),
     )
-    check_declared_access(app.routes, under=API_PREFIX, public=SCHEMA_PATH)
+    check_declared_access(app.routes, under=API_PREFIX, public=SCHEMA_PATH, admission=admit)
     return app

@@ -59,18 +59,21 @@ class Workspace:
 
 
 def bearer_token(request: Request[Any, Any, Any]) -> str:
-    """The token of ``Authorization: Bearer``; raises Unauthorized when there is none."""
+    """The admin token of ``Authorization: Bearer``; raises Unauthorized when there is
+    none or it is not shaped like one, so a malformed token costs no database look-up."""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized("send an admin token as 'Authorization: Bearer crk_admin_...'")
-    return token.strip()
+    token = token.strip()
+    if parse_key(token) is not KeyKind.ADMIN:
+        raise Unauthorized("not a valid admin token")
+    return token
 
 
 async def authenticate(conn: Connection, state: AppState, token: str) -> Principal:
-    """The caller of a live admin token, its use recorded; raises Unauthorized (401)."""
-    if parse_key(token) is not KeyKind.ADMIN:
-        raise Unauthorized("not a valid admin token")
+    """The caller of a live admin token (from ``bearer_token``), its use recorded;
+    raises Unauthorized (401)."""
     cur = await conn.execute(
         """SELECT t.id, t.prefix, t.hash, u.id AS user_id, u.name, u.is_instance_admin
              FROM admin_tokens t JOIN admin_users u ON u.id = t.user_id

@@ -1,10 +1,12 @@
 """Litestar dependencies every route uses: the process state, a connection, the
 caller, the path's workspace at the role the route declares, and ``If-Match``.
 
-They run one after the other (each needs the one before), which gives the
-status precedence (docs/architecture.md, "Status precedence"): 401 (no valid
-token) → 404 (no such workspace, or no role in it) → 403 (a role below the
-route's) → 428 (a write without ``If-Match``).
+The caller and the workspace were settled by ``control_plane.admission.admit``
+before the body was read (docs/architecture.md, "Request admission"); their
+dependencies hand them to the handler. ``If-Match`` comes after them, which
+gives the status precedence: 401 (no valid token) → 404 (no such workspace,
+or no role in it) → 403 (a role below the route's) → 428 (a write without
+``If-Match``).
 """
 
 from __future__ import annotations
@@ -16,23 +18,11 @@ from litestar import Request
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 from litestar.exceptions import ImproperlyConfiguredException
-from litestar.params import FromPath, HeaderParameter
+from litestar.params import HeaderParameter
 
-from control_plane.access import (
-    CALLER_DEPENDENCY,
-    INSTANCE_ADMIN,
-    WORKSPACE_DEPENDENCY,
-    declared_access,
-)
-from control_plane.auth import (
-    Principal,
-    Role,
-    Workspace,
-    authenticate,
-    bearer_token,
-    load_workspace,
-    require_instance_admin,
-)
+from control_plane.access import CALLER_DEPENDENCY, WORKSPACE_DEPENDENCY
+from control_plane.admission import admitted
+from control_plane.auth import Principal, Workspace
 from control_plane.etag import Precondition, parse_if_match
 from control_plane.state import AppState
 from shared.db import Connection
@@ -68,22 +58,17 @@ async def provide_conn(app_state: CrankState) -> AsyncGenerator[Connection, None
         yield conn
 
 
-async def provide_principal(request: AnyRequest, conn: DbConn, app_state: CrankState) -> Principal:
-    """The caller; on an ``INSTANCE_ADMIN`` route, only an instance admin."""
-    principal = await authenticate(conn, app_state, bearer_token(request))
-    if declared_access(request.route_handler) is INSTANCE_ADMIN:
-        require_instance_admin(principal)
-    return principal
+def provide_principal(request: AnyRequest) -> Principal:
+    """The caller admission authenticated (an instance admin on an ``INSTANCE_ADMIN`` route)."""
+    return admitted(request).principal
 
 
-async def provide_workspace(
-    request: AnyRequest, workspace: FromPath[str], conn: DbConn, principal: Caller
-) -> Workspace:
-    """The path's workspace, if the caller holds the role the route declares in it."""
-    need = declared_access(request.route_handler)
-    if not isinstance(need, Role):  # check_declared_access refuses such an app at start
+def provide_workspace(request: AnyRequest) -> Workspace:
+    """The path's workspace, which admission found the caller holds the route's role in."""
+    workspace = admitted(request).workspace
+    if workspace is None:  # check_declared_access refuses such an app at start
         raise ImproperlyConfiguredException(f"{request.url.path} declares no workspace role")
-    return await load_workspace(conn, principal, workspace, need)
+    return workspace
 
 
 def provide_if_match(ws: CurrentWorkspace, if_match_header: IfMatchHeader = None) -> Precondition:
@@ -94,7 +79,7 @@ def provide_if_match(ws: CurrentWorkspace, if_match_header: IfMatchHeader = None
 dependencies = {
     "app_state": Provide(provide_state, sync_to_thread=False),
     "conn": Provide(provide_conn),
-    CALLER_DEPENDENCY: Provide(provide_principal),
-    WORKSPACE_DEPENDENCY: Provide(provide_workspace),
+    CALLER_DEPENDENCY: Provide(provide_principal, sync_to_thread=False),
+    WORKSPACE_DEPENDENCY: Provide(provide_workspace, sync_to_thread=False),
     "if_match": Provide(provide_if_match, sync_to_thread=False),
 }

@@ -14,6 +14,7 @@ ApiError
  ├── Forbidden             403 forbidden
  ├── NotFound              404 not_found
  ├── Conflict              409 conflict / stale_revision / already_exists
+ ├── BodyTooLarge          413 body_too_large (names the limit and its setting)
  └── PreconditionRequired  428 if_match_required
 """
 
@@ -116,6 +117,28 @@ class Conflict(ApiError):
 
     status_code = 409
     code = "conflict"
+
+
+class BodyTooLarge(ApiError):
+    """413: the body is over the route's limit; says which setting raises it."""
+
+    status_code = 413
+    code = "body_too_large"
+
+    def __init__(self, limit: int, setting: str) -> None:
+        super().__init__(
+            f"the request body is larger than this route's limit of {_size(limit)}; "
+            f"{setting} on the control plane raises it"
+        )
+        self.limit = limit
+
+
+def _size(count: int) -> str:
+    """``1048576 bytes (1 MiB)``: exact, and readable when it is a round number."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= scale and count % scale == 0:
+            return f"{count} bytes ({count // scale} {unit})"
+    return f"{count} bytes"
 
 
 class PreconditionRequired(ApiError):

@@ -1,33 +1,33 @@
-"""Refuse, before any handler runs, input that the layers below cannot take.
+"""Input the layers below cannot take, refused with ``400 validation_failed``
+naming where the problem is (docs/architecture.md, "Request admission").
 
 - NUL (U+0000) in a path parameter, the query string or any JSON string:
   PostgreSQL text and jsonb cannot hold it, so the query would fail halfway
   through the request.
 - JSON nested deeper than ``MAX_JSON_DEPTH``: the decoder, the JSON Schema
   checker and the jsonb encoder all recurse, and Python's stack is the limit.
+- JSON holding more than ``MAX_JSON_VALUES`` values: every later walk (the
+  schema checker, the linter, the jsonb encoder) is as long as the document.
 
-Both are ``400 validation_failed`` naming where the problem is. The body is
-decoded here through ``request.json()``, which caches it, so the handler
-does not decode it again.
+These run only for a caller already admitted (``control_plane.admission``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qsl
 
 from litestar import Request
-from litestar.exceptions import SerializationException
 
-from control_plane.errors import ValidationFailed
 from shared.engine.spec_validation import FieldError
 
 MAX_JSON_DEPTH = 64
+MAX_JSON_VALUES = 1_000_000
 _NUL = "\x00"
-_WITH_BODY = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
-def _nul_in_path(request: Request[Any, Any, Any]) -> FieldError | None:
+def nul_in_path(request: Request[Any, Any, Any]) -> FieldError | None:
     for name, value in request.path_params.items():
         if isinstance(value, str) and _NUL in value:
             return FieldError(name, "a NUL character is not allowed in a path parameter")
@@ -36,7 +36,7 @@ def _nul_in_path(request: Request[Any, Any, Any]) -> FieldError | None:
     return None
 
 
-def _nul_in_query(request: Request[Any, Any, Any]) -> FieldError | None:
+def nul_in_query(request: Request[Any, Any, Any]) -> FieldError | None:
     query = request.scope["query_string"].decode("latin-1")
     if "%00" not in query and _NUL not in query:
         return None
@@ -46,46 +46,59 @@ def _nul_in_query(request: Request[Any, Any, Any]) -> FieldError | None:
     return None
 
 
-def _child(path: str, key: str | int) -> str:
-    if isinstance(key, int):
-        return f"{path}[{key}]"
-    return f"{path}.{key}" if path else key
+def _path(keys: list[str | int]) -> str:
+    """``a.b[0].c`` for the keys from the root."""
+    path = ""
+    for key in keys:
+        if isinstance(key, int):
+            path += f"[{key}]"
+        else:
+            path = f"{path}.{key}" if path else key
+    return path
+
+
+def _children(node: dict[str, Any] | list[Any]) -> Iterator[tuple[str | int, Any]]:
+    return iter(node.items()) if isinstance(node, dict) else enumerate(node)
 
 
 def json_problem(document: Any) -> FieldError | None:
-    """The first string holding a NUL, or the first place nested too deeply."""
-    stack: list[tuple[Any, str, int]] = [(document, "", 0)]
-    while stack:
-        node, path, depth = stack.pop()
+    """The first string holding a NUL, the first place nested too deeply, or too many values.
+
+    Depth first, holding one iterator per open container and the keys that lead
+    to it: memory grows with the depth (at most ``MAX_JSON_DEPTH``), never with
+    the width, and the walk stops after ``MAX_JSON_VALUES`` values."""
+    if isinstance(document, str):
+        return (
+            FieldError("", "a NUL character is not allowed in a string")
+            if _NUL in document
+            else None
+        )
+    if not isinstance(document, dict | list):
+        return None
+    open_containers = [_children(document)]
+    keys: list[str | int] = []  # the key of every open container but the root
+    values = 1
+    while open_containers:
+        child = next(open_containers[-1], None)
+        if child is None:
+            open_containers.pop()
+            if keys:
+                keys.pop()
+            continue
+        key, node = child
+        values += 1
+        if values > MAX_JSON_VALUES:
+            return FieldError("", f"the JSON body holds more than {MAX_JSON_VALUES} values")
+        if isinstance(key, str) and _NUL in key:
+            return FieldError(_path(keys), "a NUL character is not allowed in a key")
         if isinstance(node, str):
             if _NUL in node:
-                return FieldError(path, "a NUL character is not allowed in a string")
-            continue
-        if not isinstance(node, dict | list):
-            continue
-        if depth >= MAX_JSON_DEPTH:
-            return FieldError(path, f"nested more than {MAX_JSON_DEPTH} levels deep")
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if _NUL in key:
-                    return FieldError(path, "a NUL character is not allowed in a key")
-                stack.append((value, _child(path, key), depth + 1))
-        else:
-            stack.extend((value, _child(path, i), depth + 1) for i, value in enumerate(node))
+                return FieldError(_path([*keys, key]), "a NUL character is not allowed in a string")
+        elif isinstance(node, dict | list):
+            if len(open_containers) >= MAX_JSON_DEPTH:
+                return FieldError(
+                    _path([*keys, key]), f"nested more than {MAX_JSON_DEPTH} levels deep"
+                )
+            keys.append(key)
+            open_containers.append(_children(node))
     return None
-
-
-async def check_request(request: Request[Any, Any, Any]) -> None:
-    """Litestar ``before_request`` hook of the control plane."""
-    problem = _nul_in_path(request) or _nul_in_query(request)
-    if problem is None and request.method in _WITH_BODY and await request.body():
-        try:
-            document = await request.json()
-        except RecursionError:
-            problem = FieldError("", f"the JSON body is nested more than {MAX_JSON_DEPTH} deep")
-        except SerializationException:
-            return  # not JSON: the handler reports it as it always does
-        else:
-            problem = json_problem(document)
-    if problem is not None:
-        raise ValidationFailed([problem])

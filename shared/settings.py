@@ -62,7 +62,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     public_path_prefix: str = ""
     language: Literal["en", "ru"] = "en"
     log_level: str = "info"
-    max_body_bytes: int = 1_048_576
+    max_body_bytes: int = 1_048_576  # an MCP request, and an admin API route's JSON body
+    # The body of apply and OpenAPI import (editors only), and an OpenAPI document fetched by URL.
+    max_document_bytes: int = 33_554_432
     db_pool_size: int = 10
 
     def default_rate_limit(self) -> tuple[int, int] | None:
@@ -172,6 +174,9 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise SettingsError("CRANK_UPSTREAM_MAX_RESPONSE_BYTES must be between 1024 and 104857600")
     if not 1000 <= settings.upstream_max_json_nodes <= 10_000_000:
         raise SettingsError("CRANK_UPSTREAM_MAX_JSON_NODES must be between 1000 and 10000000")
+    for name in ("max_body_bytes", "max_document_bytes"):
+        if not 1024 <= getattr(settings, name) <= 1 << 30:
+            raise SettingsError(f"CRANK_{name.upper()} must be between 1024 and 1073741824")
     if not 1 <= settings.mcp_tools_page_size <= 10_000:
         raise SettingsError("CRANK_MCP_TOOLS_PAGE_SIZE must be between 1 and 10000")
     return settings

@@ -11,13 +11,17 @@ Where it connects, first match wins:
 Loopback URLs bypass ``http_proxy``; redirects are not followed (they would
 carry the token to wherever the redirect points). Every failure becomes one
 line in a ``CliError``: connection refused, a refused token, or the server's
-error body ``{code, message, errors}``. ``validation_failed`` and
+error body ``{code, message, errors}``. A server that refuses a body it will
+not read (401, or 413 over its size limit) answers at once and closes the
+connection while the upload is still going: the client stops sending and
+reads that answer instead of reporting a broken pipe. ``validation_failed`` and
 ``lint_failed`` answers carry their field errors (and the linter's
 ``findings``) and exit code 1; everything else exits 2.
 """
 
 from __future__ import annotations
 
+import http.client
 import os
 import socket
 import urllib.error
@@ -99,6 +103,37 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None  # urllib then raises HTTPError with the 3xx status
 
 
+class _AnswerFirst:
+    """A connection that, when the server stops reading the body, stops sending
+    it and lets ``getresponse`` read the answer the server sent before closing."""
+
+    def send(self, data: Any) -> None:
+        if getattr(self, "refused_body", False):
+            return
+        try:
+            super().send(data)  # type: ignore[misc]
+        except (BrokenPipeError, ConnectionResetError):
+            self.refused_body = True
+
+
+class _HTTPConnection(_AnswerFirst, http.client.HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_AnswerFirst, http.client.HTTPSConnection):
+    pass
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_HTTPConnection, req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_HTTPSConnection, req, context=self._context)  # type: ignore[attr-defined]
+
+
 def _is_loopback(url: str) -> bool:
     return (urllib.parse.urlsplit(url).hostname or "") in _LOOPBACK
 
@@ -144,7 +179,11 @@ class Client:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.timeout = timeout
-        handlers: list[urllib.request.BaseHandler] = [_NoRedirect()]
+        handlers: list[urllib.request.BaseHandler] = [
+            _NoRedirect(),
+            _HTTPHandler(),
+            _HTTPSHandler(),
+        ]
         if _is_loopback(self.base_url):
             handlers.append(urllib.request.ProxyHandler({}))
         self._opener = urllib.request.build_opener(*handlers)
@@ -187,11 +226,18 @@ class Client:
             with exc:
                 raise _api_error(exc.code, exc.read(), exc.headers.get("Location")) from None
         except urllib.error.URLError as exc:
-            raise CliError(self._unreachable(exc.reason)) from None
-        except (TimeoutError, ConnectionError) as exc:
-            raise CliError(self._unreachable(exc)) from None
+            raise CliError(self._unreachable(exc.reason, data)) from None
+        except (TimeoutError, ConnectionError, http.client.HTTPException) as exc:
+            raise CliError(self._unreachable(exc, data)) from None
 
-    def _unreachable(self, reason: object) -> str:
+    def _unreachable(self, reason: object, body: bytes | None = None) -> str:
+        if body and isinstance(reason, ConnectionResetError):  # RemoteDisconnected is one
+            return (
+                f"the control plane at {self.base_url} closed the connection while a "
+                f"{len(body)}-byte body was being sent, without an answer; a body over its "
+                "limit is refused this way (CRANK_MAX_BODY_BYTES, or CRANK_MAX_DOCUMENT_BYTES "
+                "for apply and import-openapi, set on the control plane)"
+            )
         if isinstance(reason, ConnectionRefusedError):
             why = "connection refused; is it running? (crank up, or set CRANK_URL)"
         elif isinstance(reason, TimeoutError):

@@ -29,7 +29,7 @@ from shared.engine.ssrf import AddressPolicy
 
 Version = Literal["2.0", "3.0", "3.1"]
 
-MAX_DOCUMENT_BYTES = 32 * 1024 * 1024
+MAX_DOCUMENT_BYTES = 32 * 1024 * 1024  # the default of CRANK_MAX_DOCUMENT_BYTES
 # YAML aliases can make a small text expand exponentially ("billion laughs"): the
 # document is refused when walking it as a tree would visit more values than this.
 MAX_YAML_NODES = 5_000_000
@@ -117,11 +117,13 @@ def detect_version(document: dict[str, Any]) -> Version:
     raise SpecError('not an OpenAPI document: no "openapi" or "swagger" field')
 
 
-async def fetch_document(url: str, policy: AddressPolicy) -> bytes:
-    """GET ``url`` through the guarded executor; the body, or ``SpecError``."""
+async def fetch_document(
+    url: str, policy: AddressPolicy, max_bytes: int = MAX_DOCUMENT_BYTES
+) -> bytes:
+    """GET ``url`` through the guarded executor; the body (at most ``max_bytes``), or ``SpecError``."""
     if not url.startswith(("http://", "https://")):
         raise SpecError("the URL must start with http:// or https://", code="bad_request")
-    config = ExecutorConfig(limit=4, limit_per_host=4, max_response_bytes=MAX_DOCUMENT_BYTES)
+    config = ExecutorConfig(limit=4, limit_per_host=4, max_response_bytes=max_bytes)
     try:
         encoded = str(URL(url))
     except ValueError as exc:

@@ -20,6 +20,7 @@ from control_plane.auth import Role
 from control_plane.deps import Caller, CurrentWorkspace, DbConn
 from control_plane.errors import BadRequest, LintFailed, ValidationFailed
 from control_plane.lint import has_errors
+from control_plane.request_body import BodyLimit
 from control_plane.services.apply import ApplyPlan, apply_file
 from shared.engine.spec import CrankFile
 from shared.engine.spec_validation import FieldError
@@ -28,6 +29,7 @@ from shared.engine.spec_validation import FieldError
 @post(
     "/workspaces/{workspace:str}/apply",
     access=Role.EDITOR,
+    body_limit=BodyLimit.DOCUMENT,
     status_code=HTTP_200_OK,
     tags=["apply"],
     summary="Apply an operation file: create, update and optionally publish",

@@ -22,7 +22,6 @@ from control_plane.auth import Role
 from control_plane.deps import Caller, CrankState, CurrentWorkspace, DbConn
 from control_plane.errors import BadRequest
 from control_plane.openapi_import import (
-    MAX_DOCUMENT_BYTES,
     ImportOptions,
     ImportResult,
     SpecError,
@@ -30,6 +29,7 @@ from control_plane.openapi_import import (
     import_document,
     parse_document,
 )
+from control_plane.request_body import BodyLimit
 from control_plane.services.imports import ImportReport, import_openapi
 from shared.engine.spec_validation import FieldError
 from shared.engine.ssrf import AddressPolicy
@@ -76,7 +76,7 @@ def _convert(data: OpenApiImportRequest, raw: bytes | None) -> ImportResult:
         "and writes nothing. A document that cannot be read gets 400 `openapi_invalid`; a "
         "URL the SSRF guard refuses 400 `upstream_blocked`."
     ),
-    request_max_body_size=MAX_DOCUMENT_BYTES + 1024 * 1024,
+    body_limit=BodyLimit.DOCUMENT,
 )
 async def import_openapi_document(
     ws: CurrentWorkspace,
@@ -98,7 +98,7 @@ async def import_openapi_document(
                 allow_private_upstreams=settings.allow_private_upstreams,
                 upstream_allowlist=settings.upstream_allowlist,
             )
-            raw = await fetch_document(data.url, policy)
+            raw = await fetch_document(data.url, policy, settings.max_document_bytes)
         result = await asyncio.to_thread(_convert, data, raw)
     except SpecError as exc:
         raise BadRequest(exc.message, code=exc.code) from None

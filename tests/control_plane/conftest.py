@@ -58,7 +58,7 @@ def server(pg_server_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
     try:
         wait_until_healthy(url, process, log)
         token = run_async(make_token(database_url, "admin", name="cli-tests"))
-        yield Server(url=url, database_url=database_url, admin_token=token)
+        yield Server(url=url, database_url=database_url, admin_token=token, pid=process.pid)
     finally:
         process.terminate()
         try:

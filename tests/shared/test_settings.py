@@ -10,6 +10,7 @@ def test_defaults_match_the_documented_ports_and_refresh() -> None:
     assert (settings.control_plane_port, settings.gateway_port) == (8000, 8080)
     assert settings.mcp_refresh_ms == 5000
     assert settings.allow_private_upstreams is False
+    assert (settings.max_body_bytes, settings.max_document_bytes) == (1 << 20, 32 << 20)
 
 
 def test_lists_and_booleans_are_parsed() -> None:
@@ -35,6 +36,9 @@ def test_lists_and_booleans_are_parsed() -> None:
         ("CRANK_TRUSTED_PROXIES", "*"),
         ("CRANK_MCP_MAX_BATCH_ITEMS", "0"),
         ("CRANK_MCP_MAX_BATCH_ANSWER_BYTES", "1024"),
+        ("CRANK_MAX_BODY_BYTES", "0"),
+        ("CRANK_MAX_DOCUMENT_BYTES", "-1"),
+        ("CRANK_MAX_DOCUMENT_BYTES", str(2 << 30)),
     ],
 )
 def test_bad_values_are_clear_errors(name: str, value: str) -> None:

@@ -35,3 +35,9 @@ def auth(token: str, etag: str | None = None) -> dict[str, str]:
     if etag is not None:
         headers["If-Match"] = etag
     return headers
+
+
+async def create_workspace(client: Client, token: str, slug: str) -> None:
+    """A new workspace through the API, as an instance admin makes one."""
+    response = await client.post("/api/v1/workspaces", json={"slug": slug}, headers=auth(token))
+    assert response.status_code == 201, response.text

@@ -86,6 +86,7 @@ class Server:
     url: str
     database_url: str
     admin_token: str
+    pid: int  # the granian process; the app runs in its worker, a child of it
 
 
 def wait_until_healthy(url: str, process: subprocess.Popen[bytes], log: Path) -> None:

@@ -54,9 +54,16 @@ def accepts_connections(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
-def peak_rss_kib(pid: int) -> int:
-    """The most memory ``pid`` has held resident so far (VmHWM), in KiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    raise AssertionError(f"no VmHWM for {pid}")
+def memory_kib(pid: int) -> tuple[int, int]:
+    """(resident set now, its high-water mark) of a live process, in KiB."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
+
+
+def largest_descendant(root: int) -> int:
+    """The descendant of ``root`` with the most resident memory: a server's app worker."""
+    found = [pid for pid in descendants(root) if running(pid)]
+    assert found, f"process {root} has no live descendant"
+    return max(found, key=lambda pid: memory_kib(pid)[0])

@@ -1,8 +1,7 @@
 """Memory and loop responsiveness of a real server process, as hostile-input tests measure them.
 
-``worker_pid`` finds granian's worker (the process that serves requests);
-``PeakMemory`` resets the kernel's peak RSS mark of a process and reads how far
-it rose above where it started; ``HealthProbe`` times ``/healthz`` again and again
+``PeakMemory`` resets the kernel's peak RSS mark of a process (granian's worker:
+``processes.largest_descendant``) and reads how far it rose above where it started; ``HealthProbe`` times ``/healthz`` again and again
 while a test does something heavy, so a stalled event loop shows as latency.
 """
 
@@ -13,27 +12,10 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 
-
-def worker_pid(server_pid: int) -> int:
-    """The one granian worker under ``server_pid`` (the server itself without workers)."""
-    children = [
-        int(pid)
-        for task in Path(f"/proc/{server_pid}/task").iterdir()
-        for pid in (task / "children").read_text().split()
-    ]
-    return children[0] if len(children) == 1 else server_pid
-
-
-def _status_kib(pid: int, field_name: str) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith(field_name + ":"):
-                return int(line.split()[1])
-    raise LookupError(f"{field_name} not in /proc/{pid}/status")
+from tests.support.processes import memory_kib
 
 
 @dataclass
@@ -47,11 +29,11 @@ class PeakMemory:
         # "5" resets the peak RSS mark (proc(5), clear_refs) to the current RSS.
         with open(f"/proc/{self.pid}/clear_refs", "w") as clear_refs:
             clear_refs.write("5")
-        self.start_kib = _status_kib(self.pid, "VmRSS")
+        self.start_kib = memory_kib(self.pid)[0]
 
     @property
     def peak_kib(self) -> int:
-        return _status_kib(self.pid, "VmHWM")
+        return memory_kib(self.pid)[1]
 
     @property
     def growth_mib(self) -> float:

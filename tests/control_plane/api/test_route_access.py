@@ -9,10 +9,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from litestar import Litestar, Router, get
+from litestar import Litestar, Request, Router, get, post
 from litestar.exceptions import ImproperlyConfiguredException
 from litestar.handlers import BaseRouteHandler
-from litestar.params import FromPath
+from litestar.params import FromPath, JSONBody
 from litestar.routes import HTTPRoute
 
 from control_plane.access import (
@@ -23,9 +23,11 @@ from control_plane.access import (
     declared_access,
     dependency_names,
 )
+from control_plane.admission import admit
 from control_plane.app import API_PREFIX, SCHEMA_PATH
 from control_plane.auth import Role
 from control_plane.deps import Caller, CurrentWorkspace, dependencies
+from control_plane.request_body import BodyLimit
 from shared.db import Connection
 from tests.support.api import Client, auth, make_token
 
@@ -289,9 +291,10 @@ def start(*handlers: BaseRouteHandler) -> None:
     app = Litestar(
         route_handlers=[api],
         dependencies=dependencies,
+        before_request=admit,
         signature_namespace={"Connection": Connection},
     )
-    check_declared_access(app.routes, under=API_PREFIX, public=SCHEMA_PATH)
+    check_declared_access(app.routes, under=API_PREFIX, public=SCHEMA_PATH, admission=admit)
 
 
 @get("/workspaces/{workspace:str}/things", access=Role.VIEWER, sync_to_thread=False)
@@ -324,8 +327,38 @@ def unauthenticated_route() -> str:
     return "anyone"
 
 
+async def skip_admission(_request: Request[Any, Any, Any]) -> None:
+    return None
+
+
+@get(
+    "/workspaces/{workspace:str}/things",
+    access=Role.VIEWER,
+    before_request=skip_admission,
+    sync_to_thread=False,
+)
+def route_that_skips_admission(ws: CurrentWorkspace) -> str:
+    return ws.slug
+
+
+def document_route(access: Role) -> BaseRouteHandler:
+    """A route that takes a document-sized body from ``access`` and up."""
+
+    @post(
+        "/workspaces/{workspace:str}/things",
+        access=access,
+        body_limit=BodyLimit.DOCUMENT,
+        sync_to_thread=False,
+    )
+    def take_document(ws: CurrentWorkspace, data: JSONBody[dict[str, Any]]) -> str:
+        return ws.slug
+
+    return take_document
+
+
 def test_an_app_whose_routes_declare_and_enforce_their_access_starts() -> None:
     start(declared_workspace_route)
+    start(document_route(Role.EDITOR))
 
 
 @pytest.mark.parametrize(
@@ -336,6 +369,8 @@ def test_an_app_whose_routes_declare_and_enforce_their_access_starts() -> None:
         workspace_route_for_any_caller,
         role_outside_workspaces,
         unauthenticated_route,
+        route_that_skips_admission,
+        document_route(Role.VIEWER),
     ],
 )
 def test_an_app_with_a_route_whose_access_is_undeclared_or_unenforced_does_not_start(

@@ -28,6 +28,7 @@ from litestar.testing import AsyncTestClient
 from tests.support.api import auth, make_token
 from tests.support.db import emptied_run_database
 from tests.support.gateway import Gateway, run_gateway, serve_upstream
+from tests.support.processes import largest_descendant
 from tests.support.tool_calls import (
     BASE,
     Caller,
@@ -36,7 +37,7 @@ from tests.support.tool_calls import (
     publish_agent,
     publish_operation,
 )
-from tests.support.worker_health import PeakMemory, probing_health, worker_pid
+from tests.support.worker_health import PeakMemory, probing_health
 
 PATH = "/mcp/v1/default/hostile"
 SECRET = "s3cr3t-hostile-token-7f2c"
@@ -131,7 +132,7 @@ async def world(
             assert_tool_error(
                 await caller.call("modern", "empties_default", {}), "upstream_response_too_large"
             )
-            yield World(gateway, caller, PeakMemory(worker_pid(gateway.process.pid)))
+            yield World(gateway, caller, PeakMemory(largest_descendant(gateway.process.pid)))
 
 
 async def measured_call(world: World, tool: str) -> tuple[dict[str, Any], float, float]:

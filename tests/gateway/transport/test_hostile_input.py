@@ -24,8 +24,9 @@ from tests.support.gateway import (
     seed_catalog,
 )
 from tests.support.mcp import INIT, TOOLS_LIST, bearer, modern, open_session
-from tests.support.processes import descendants, peak_rss_kib
+from tests.support.processes import largest_descendant
 from tests.support.tool_calls import publish_agent, publish_operation
+from tests.support.worker_health import PeakMemory
 
 APPROVALS_PATH = "/mcp/v1/default/currency-rates/approvals"
 CALL: dict[str, Any] = {  # invalid arguments: refused before any upstream is reached
@@ -135,10 +136,10 @@ async def test_a_batch_over_the_item_limit_is_refused_without_growing_the_proces
         items = [{"jsonrpc": "2.0", "id": i, "method": "tools/list"} for i in range(20_000)]
         body = json.dumps(items, separators=(",", ":")).encode()
         assert len(body) < 1_048_576
-        worker = max(descendants(gateway.process.pid))
-        peak_before = peak_rss_kib(worker)
+        memory = PeakMemory(largest_descendant(gateway.process.pid))
+        memory.reset()
         response = await http.post(path, content=body, headers=headers)
-        grown_mib = (peak_rss_kib(worker) - peak_before) / 1024
+        grown_mib = memory.growth_mib
         assert grown_mib < 60, f"the worker's peak grew by {grown_mib:.0f} MiB"
         assert len(response.content) < 1000
         error = json_rpc_error(response, 400, -32600)
