@@ -25,6 +25,20 @@ set_json_loads(msgspec.json.decode)
 Connection = psycopg.AsyncConnection[dict[str, Any]]
 
 
+def without_nul(value: Any) -> Any:
+    """``value`` with every NUL in its strings and keys replaced by U+FFFD, so jsonb can
+    store it: an upstream's answer recorded as a result (of an approval, of an
+    idempotent call) is kept, marked where it changed, rather than lost to a refused
+    write and the call sent again."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {without_nul(key): without_nul(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [without_nul(item) for item in value]
+    return value
+
+
 async def connect(conninfo: str, *, autocommit: bool = False) -> Connection:
     """One connection outside the pool (migrations, LISTEN, the CLI); rows come as dicts."""
     return await psycopg.AsyncConnection.connect(

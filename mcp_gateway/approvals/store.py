@@ -91,19 +91,6 @@ def nul_path(arguments: dict[str, Any]) -> str | None:
     return None
 
 
-def without_nul(value: Any) -> Any:
-    """``value`` with every NUL in its strings and keys replaced by U+FFFD, so jsonb can
-    store it: an upstream's answer, recorded as the approval's result, is kept (marked
-    where it was changed) rather than lost to a refused write and sent again."""
-    if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
-    if isinstance(value, dict):
-        return {without_nul(key): without_nul(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [without_nul(item) for item in value]
-    return value
-
-
 def _record(row: dict[str, Any]) -> ApprovalRecord:
     return ApprovalRecord(**{f: row[f] for f in ApprovalRecord.__struct_fields__})
 

@@ -63,13 +63,13 @@ from typing import Literal
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
-from mcp_gateway.approvals import leases, store
+from mcp_gateway.approvals import leases
 from mcp_gateway.approvals.execution import Deferred, Outcome, Performer, exhausted_payload
 from mcp_gateway.approvals.leases import Claimed
 from mcp_gateway.catalog.snapshot import Snapshot
 from mcp_gateway.upkeep.call_log import CallLogWriter
 from shared.crypto import SecretBox
-from shared.db import Connection, within
+from shared.db import Connection, within, without_nul
 from shared.engine.errors import Language
 from shared.engine.outbound import UpstreamExecutor
 from shared.periodic import EXPECTED, PeriodicTask
@@ -303,7 +303,7 @@ class ApprovalWorker:
             log.info("approval_failed", approval_id=row.id, attempt=row.attempt, error_code=code)
 
     async def _write(self, row: Claimed, outcome: Outcome) -> bool:
-        payload = store.without_nul(outcome.payload)  # else a refused write, a second call
+        payload = without_nul(outcome.payload)  # else a refused write, a second call
         async with self._pool.connection() as conn:
             return await leases.finish(conn, row, self.owner, outcome.status, payload)
 

@@ -57,6 +57,7 @@ from psycopg.types.json import Jsonb
 from mcp_gateway.catalog.snapshot import Tool
 from mcp_gateway.pipeline.context import ToolCallContext
 from mcp_gateway.pipeline.results import tool_result
+from shared.db import without_nul
 from shared.engine.canonical import arguments_hash
 from shared.engine.errors import ToolError
 from shared.engine.response_selector import structured_content
@@ -238,7 +239,7 @@ async def run(
     except ToolError as exc:
         statement = _settled(exc)
         if statement is _COMPLETE:
-            await record.finish(_COMPLETE, result=Jsonb({"error": _stored_error(exc)}))
+            await record.finish(_COMPLETE, result=Jsonb(without_nul({"error": _stored_error(exc)})))
         else:
             if statement is _UNKNOWN:
                 log.info("idempotency_outcome_unknown", tool=tool.name, error_code=exc.error_code)
@@ -246,7 +247,7 @@ async def run(
         raise
     # Anything else (a bug, a cancelled call) leaves the row in_progress until its lock expires.
     value, meta = result["structuredContent"], result.get("_meta")
-    await record.finish(_COMPLETE, result=Jsonb({"value": value, "meta": meta}))
+    await record.finish(_COMPLETE, result=Jsonb(without_nul({"value": value, "meta": meta})))
     return tool_result(
         structured_content(value, wrap_arrays=wrap_arrays), is_error=False, meta=meta
     )

@@ -44,7 +44,7 @@ from tests.support.tool_calls import (
 PATH = "/mcp/v1/default/shop"
 OTHER_PATH = "/mcp/v1/default/other-shop"
 B_RETENTION_S = 120
-BEHAVIOURS = ["ok", "hold", "slow-once", "status-409", "flaky-503", "status-503", "list"]
+BEHAVIOURS = ["ok", "hold", "slow-once", "status-409", "flaky-503", "status-503", "list", "nul"]
 
 
 @dataclass
@@ -71,6 +71,8 @@ class Upstream:
             return web.json_response({"error": "conflict"}, status=409)
         elif behaviour == "status-503" or (behaviour == "flaky-503" and seen == 1):
             return web.json_response({"error": "maintenance"}, status=503)
+        elif behaviour == "nul":  # PostgreSQL's jsonb cannot hold U+0000
+            return web.json_response({"order_id": f"ord_{key}\u0000", "seen": seen})
         elif behaviour == "list":
             return web.json_response({"items": [{"n": n} for n in range(5)], "seen": seen})
         return web.json_response({"order_id": f"ord_{key}", "seen": seen})
@@ -427,6 +429,18 @@ async def test_a_non_recoverable_upstream_error_is_stored_and_replayed(world: Wo
         assert error["message"] == first["structuredContent"]["message"]
         assert error["request_id"] != first["structuredContent"]["request_id"]
     assert world.upstream.hits[("status-409", rid)] == 1
+
+
+async def test_an_answer_holding_a_nul_is_stored_and_replayed_never_sent_again(
+    world: World,
+) -> None:
+    first = await world.caller().call("legacy", "create_order", order("nul", "nul"))
+    assert first["structuredContent"] == {"order_id": "ord_nul\u0000", "seen": 1}
+    replay = await world.caller(world.b).call("legacy", "create_order", order("nul", "nul"))
+    # Stored with U+FFFD in the NUL's place (docs/architecture.md, "Argument numbers").
+    assert replay["structuredContent"] == {"order_id": "ord_nul\ufffd", "seen": 1}
+    assert replay["_meta"][REPLAYED_META] is True
+    assert world.upstream.hits[("nul", "nul")] == 1
 
 
 async def test_a_recoverable_upstream_error_releases_the_key(world: World) -> None:
