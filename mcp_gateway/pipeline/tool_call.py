@@ -81,7 +81,7 @@ async def _send(
     *,
     wrap_arrays: bool,
 ) -> dict[str, Any]:
-    selected = await tool.compiled.call(ctx.executor, built, upstream)
+    selected = await tool.compiled.call(ctx.executor, built, upstream, egress=ctx.agent.egress)
     log.info(
         "tool_called",
         tool=tool.name,

@@ -38,6 +38,7 @@ from jsonschema.exceptions import ValidationError
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 
+from shared.engine.egress import EgressPolicy
 from shared.engine.errors import Language, ToolError, invalid_arguments
 from shared.engine.masking import NO_SECRETS, Masker
 from shared.engine.outbound import OutboundError, UpstreamExecutor, UpstreamRequest
@@ -174,8 +175,11 @@ class CompiledOperation:
         """``arguments`` as ``validate`` returned them."""
         return self._builder.build(arguments, secrets)
 
-    def upstream_request(self, built: BuiltRequest) -> UpstreamRequest:
-        """``built`` with the operation's timeout, retries and idempotency header."""
+    def upstream_request(
+        self, built: BuiltRequest, egress: EgressPolicy | None = None
+    ) -> UpstreamRequest:
+        """``built`` with the operation's timeout, retries and idempotency header,
+        sent under the workspace's ``egress`` policy."""
         execution = self.spec.execution_config
         idempotency = execution.idempotency
         return UpstreamRequest(
@@ -186,6 +190,7 @@ class CompiledOperation:
             timeout_ms=execution.timeout_ms,
             retries=execution.retries,
             idempotency_header=idempotency.header if idempotency else None,
+            egress=egress,
         )
 
     def select(
@@ -195,16 +200,22 @@ class CompiledOperation:
         return self._selector.select(status, headers, body, masker=masker)
 
     async def call(
-        self, executor: UpstreamExecutor, built: BuiltRequest, upstream: UpstreamCall | None = None
+        self,
+        executor: UpstreamExecutor,
+        built: BuiltRequest,
+        upstream: UpstreamCall | None = None,
+        *,
+        egress: EgressPolicy | None,
     ) -> Selected:
-        """The upstream step: send ``built``, select from the answer. Raises only
-        ``ToolError`` (details: upstream_status, attempts, the masked upstream text or
-        reason); ``upstream`` records the measurements either way."""
+        """The upstream step: send ``built`` under the workspace's ``egress`` policy
+        (None only where no workspace is involved), select from the answer. Raises
+        only ``ToolError`` (details: upstream_status, attempts, the masked upstream
+        text or reason); ``upstream`` records the measurements either way."""
         upstream = UpstreamCall() if upstream is None else upstream
         masker = built.masker
         started = time.perf_counter()
         try:
-            response = await executor.execute(self.upstream_request(built))
+            response = await executor.execute(self.upstream_request(built, egress))
         except OutboundError as exc:
             upstream.attempts = exc.attempts
             upstream.elapsed_ms = (time.perf_counter() - started) * 1000
