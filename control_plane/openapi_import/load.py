@@ -19,6 +19,7 @@ import msgspec
 import yaml
 from yarl import URL
 
+from shared.engine.egress import EgressPolicy
 from shared.engine.outbound import (
     ExecutorConfig,
     OutboundError,
@@ -117,8 +118,9 @@ def detect_version(document: dict[str, Any]) -> Version:
     raise SpecError('not an OpenAPI document: no "openapi" or "swagger" field')
 
 
-async def fetch_document(url: str, policy: AddressPolicy) -> bytes:
-    """GET ``url`` through the guarded executor; the body, or ``SpecError``."""
+async def fetch_document(url: str, policy: AddressPolicy, egress: EgressPolicy) -> bytes:
+    """GET ``url`` through the guarded executor, under the workspace's ``egress``
+    policy (it reads a host as try-it does); the body, or ``SpecError``."""
     if not url.startswith(("http://", "https://")):
         raise SpecError("the URL must start with http:// or https://", code="bad_request")
     config = ExecutorConfig(limit=4, limit_per_host=4, max_response_bytes=MAX_DOCUMENT_BYTES)
@@ -132,6 +134,7 @@ async def fetch_document(url: str, policy: AddressPolicy) -> bytes:
         headers=(("Accept", "application/json, application/yaml;q=0.9, */*;q=0.5"),),
         timeout_ms=FETCH_TIMEOUT_MS,
         retries=1,
+        egress=egress,
     )
     try:
         async with UpstreamExecutor(policy, config) as executor:

@@ -16,7 +16,7 @@ from litestar.testing import AsyncTestClient
 
 from control_plane.app import create_app
 from shared.settings import Settings
-from tests.support.api import Client, auth, make_token
+from tests.support.api import Client, auth, grant_egress, make_token
 from tests.support.cli import Server, crank
 from tests.support.db import TEST_SECRET_KEY
 from tests.support.paths import OPENAPI_FIXTURES as FIXTURES
@@ -236,7 +236,7 @@ def document_server() -> Iterator[DocumentServer]:
         thread.join(timeout=10)
 
 
-async def test_a_url_is_fetched_through_the_guard_when_allowlisted(
+async def test_a_url_is_fetched_through_the_guard_when_allowlisted_and_granted(
     database_url: str, document_server: DocumentServer
 ) -> None:
     settings = Settings(
@@ -248,9 +248,14 @@ async def test_a_url_is_fetched_through_the_guard_when_allowlisted(
     async with AsyncTestClient(app=create_app(settings)) as allowed:
         await allowed.post("/api/v1/workspaces", json={"slug": "default"}, headers=auth(token))
         url = f"http://127.0.0.1:{document_server.port}/openapi.yaml"
-        response = await allowed.post(
-            IMPORT, json={"url": url, "base_url": UPSTREAM, "dry_run": True}, headers=auth(token)
-        )
+        body = {"url": url, "base_url": UPSTREAM, "dry_run": True}
+        # Allowlisted by the operator, but not granted to this workspace yet.
+        ungranted = await allowed.post(IMPORT, json=body, headers=auth(token))
+        assert (ungranted.status_code, ungranted.json()["code"]) == (400, "upstream_blocked")
+        assert "egress policy does not allow 127.0.0.1" in ungranted.json()["message"]
+        assert document_server.hits == 0
+        await grant_egress(allowed, token, "default", f"127.0.0.1:{document_server.port}")
+        response = await allowed.post(IMPORT, json=body, headers=auth(token))
     assert response.status_code == 200, response.text
     assert len(response.json()["created"]) == 20
     assert document_server.hits == 1
