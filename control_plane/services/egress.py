@@ -113,11 +113,10 @@ async def _write(
     ws: Workspace,
     actor: str,
     expected: Precondition,
-    *,
-    column: str,
-    value: list[str] | None,
-    action: str,
+    change: tuple[str, list[str] | None, str],
 ) -> EgressRow:
+    """Set one list (``change``: column, value, audit action) under ``If-Match``."""
+    column, value, action = change
     cur = await conn.execute(
         f"SELECT {_COLUMNS} FROM workspaces WHERE id = %s FOR UPDATE", (ws.id,)
     )
@@ -143,37 +142,19 @@ async def _write(
 
 
 async def set_hosts(
-    conn: Connection,
-    ws: Workspace,
-    actor: str,
-    hosts: Sequence[str] | None,
-    expected: Precondition,
+    conn: Connection, ws: Workspace, actor: str, hosts: Sequence[str] | None, expected: Precondition
 ) -> EgressRow:
     """Replace the host list (``None``: any host); the owner's call."""
-    return await _write(
-        conn,
-        ws,
-        actor,
-        expected,
-        column="egress_hosts",
-        value=valid_hosts(hosts),
-        action=HOSTS_ACTION,
-    )
+    change = ("egress_hosts", valid_hosts(hosts), HOSTS_ACTION)
+    return await _write(conn, ws, actor, expected, change)
 
 
 async def set_grants(
     conn: Connection, ws: Workspace, actor: str, grants: Sequence[str], expected: Precondition
 ) -> EgressRow:
     """Replace the private grants; an instance admin's call."""
-    return await _write(
-        conn,
-        ws,
-        actor,
-        expected,
-        column="egress_grants",
-        value=valid_grants(grants),
-        action=GRANTS_ACTION,
-    )
+    change = ("egress_grants", valid_grants(grants), GRANTS_ACTION)
+    return await _write(conn, ws, actor, expected, change)
 
 
 async def grant_once(conn: Connection, ws: Workspace, actor: str, entry: str) -> bool:

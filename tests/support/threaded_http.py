@@ -1,6 +1,6 @@
-"""A JSON API on 127.0.0.1 served from a thread of its own: Litestar's test client
-runs the app through a portal that blocks the test's event loop while a request
-is in flight, so an upstream the app calls cannot run on that loop."""
+"""HTTP servers on 127.0.0.1 served from a thread of their own: Litestar's test
+client runs the app through a portal that blocks the test's event loop while a
+request is in flight, so an upstream the app calls cannot run on that loop."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
-class JsonServer(ThreadingHTTPServer):
-    """Answers every request with ``{"method": ..., "path": ...}``; ``hits`` lists them."""
+class ThreadedServer(ThreadingHTTPServer):
+    """A server on a free loopback port; handlers append to ``hits``."""
 
     daemon_threads = True
 
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(("127.0.0.1", 0), handler)
         self.hits: list[str] = []
 
     @property
@@ -26,8 +26,24 @@ class JsonServer(ThreadingHTTPServer):
         return int(self.server_address[1])
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: JsonServer
+@contextmanager
+def serve_threaded(handler: type[BaseHTTPRequestHandler]) -> Iterator[ThreadedServer]:
+    """``handler`` served for the block."""
+    server = ThreadedServer(handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """Answers every request with ``{"method": ..., "path": ...}`` and records it."""
+
+    server: ThreadedServer
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -42,16 +58,3 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(raw)
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _answer
-
-
-@contextmanager
-def serve_json() -> Iterator[JsonServer]:
-    server = JsonServer()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)

@@ -19,7 +19,7 @@ from control_plane.app import create_app
 from shared.settings import Settings
 from tests.support.api import Client, auth, grant_egress, make_token
 from tests.support.db import TEST_SECRET_KEY
-from tests.support.threaded_http import JsonServer, serve_json
+from tests.support.threaded_http import JsonHandler, ThreadedServer, serve_threaded
 
 EGRESS = "/api/v1/workspaces/{}/egress"
 
@@ -42,13 +42,13 @@ def catalog_version(database_url: str) -> int:
 
 
 @pytest.fixture
-def upstream() -> Iterator[JsonServer]:
-    with serve_json() as server:
+def upstream() -> Iterator[ThreadedServer]:
+    with serve_threaded(JsonHandler) as server:
         yield server
 
 
 @pytest.fixture
-async def egress_client(database_url: str, upstream: JsonServer) -> AsyncIterator[Client]:
+async def egress_client(database_url: str, upstream: ThreadedServer) -> AsyncIterator[Client]:
     settings = Settings(
         database_url=database_url,
         secret_key=TEST_SECRET_KEY,
@@ -201,7 +201,7 @@ async def try_read(client: Client, token: str, slug: str, **body: Any) -> Any:
 
 
 async def test_try_it_reaches_an_allowlisted_host_only_from_the_workspace_granted_it(
-    egress_client: Client, admin_token: str, upstream: JsonServer, database_url: str
+    egress_client: Client, admin_token: str, upstream: ThreadedServer, database_url: str
 ) -> None:
     client = egress_client
     await make_workspaces(client, admin_token, "tenant-a", "tenant-b")
@@ -248,7 +248,7 @@ async def test_try_it_reaches_an_allowlisted_host_only_from_the_workspace_grante
 
 
 async def test_try_it_of_a_host_outside_the_workspaces_host_list_is_blocked(
-    egress_client: Client, admin_token: str, upstream: JsonServer, database_url: str
+    egress_client: Client, admin_token: str, upstream: ThreadedServer, database_url: str
 ) -> None:
     client = egress_client
     await make_workspaces(client, admin_token, "acme")
@@ -272,7 +272,7 @@ async def test_try_it_of_a_host_outside_the_workspaces_host_list_is_blocked(
 
 
 async def test_every_try_it_is_audited_also_one_that_stops_before_the_call(
-    egress_client: Client, admin_token: str, upstream: JsonServer, database_url: str
+    egress_client: Client, admin_token: str, upstream: ThreadedServer, database_url: str
 ) -> None:
     client = egress_client
     await make_workspaces(client, admin_token, "acme")

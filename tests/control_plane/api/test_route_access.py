@@ -191,28 +191,25 @@ OWNER_ONLY = {
 INSTANCE_ADMIN_ONLY = {("PUT", "/egress/grants")}
 
 
-async def test_editor_gets_403_on_every_route_that_changes_keys_and_changes_nothing(
-    client: Client, app: Litestar, admin_token: str, database_url: str
+@pytest.mark.parametrize(
+    ("role", "routes"),
+    [("editor", OWNER_ONLY), ("owner", INSTANCE_ADMIN_ONLY)],
+    ids=["editor-on-owner-routes", "owner-on-instance-admin-routes"],
+)
+async def test_a_role_just_below_a_route_gets_403_and_changes_nothing(
+    client: Client,
+    app: Litestar,
+    admin_token: str,
+    database_url: str,
+    role: str,
+    routes: set[tuple[str, str]],
 ) -> None:
-    assert set(workspace_routes(app)) >= OWNER_ONLY
+    assert set(workspace_routes(app)) >= routes
     seeded = await seed_workspace_b(client, admin_token)
-    editor = await make_token(database_url, "editor", "b")
+    token = await make_token(database_url, role, "b")
     before = state_of(database_url)
-    for method, route in sorted(OWNER_ONLY):
-        status, body = await call(client, method, route, editor, seeded)
-        assert (status, body["code"]) == (403, "forbidden"), (method, route, body)
-    assert state_of(database_url) == before
-
-
-async def test_an_owner_gets_403_on_every_instance_admin_route_and_changes_nothing(
-    client: Client, app: Litestar, admin_token: str, database_url: str
-) -> None:
-    assert set(workspace_routes(app)) >= INSTANCE_ADMIN_ONLY
-    seeded = await seed_workspace_b(client, admin_token)
-    owner = await make_token(database_url, "owner", "b")
-    before = state_of(database_url)
-    for method, route in sorted(INSTANCE_ADMIN_ONLY):
-        status, body = await call(client, method, route, owner, seeded)
+    for method, route in sorted(routes):
+        status, body = await call(client, method, route, token, seeded)
         assert (status, body["code"]) == (403, "forbidden"), (method, route, body)
     assert state_of(database_url) == before
 

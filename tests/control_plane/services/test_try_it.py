@@ -11,9 +11,8 @@ this machine even if the guard were wrong.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import AsyncIterator, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -30,28 +29,18 @@ from shared.settings import Settings
 from tests.support.api import Client, auth, grant_egress, make_token
 from tests.support.db import TEST_SECRET_KEY
 from tests.support.sockets import LoopbackOnly
+from tests.support.threaded_http import ThreadedServer, serve_threaded
 
 TOKEN = "s3cr3t-upstream-token/with+odd=chars"
 BASE = "/api/v1/workspaces/acme"
 
 
-class Upstream(ThreadingHTTPServer):
-    """A loopback API on a thread of its own: the test client runs the app on
-    another event loop and blocks the test's loop while a request is in flight."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.hits: list[str] = []
-
-    @property
-    def port(self) -> int:
-        return int(self.server_address[1])
+# A loopback API on a thread of its own (tests.support.threaded_http).
+Upstream = ThreadedServer
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: Upstream
+    server: ThreadedServer
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -89,15 +78,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def serve() -> Iterator[Upstream]:
-    server = Upstream()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serve_threaded(_Handler) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
 
 
 @pytest.fixture
