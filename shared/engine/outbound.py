@@ -259,14 +259,6 @@ class GuardedConnector(aiohttp.TCPConnector):
         host, port = req.url.raw_host or "", req.port or 0
         if not egress.allows_host(host):
             raise UpstreamBlocked(egress.refusal(host))
-        if req.proxy is not None:
-            # The address connected to is the proxy's, the operator's business
-            # (see ExecutorConfig.proxy); the host list above still applies.
-            token = _EGRESS.set(None)
-            try:
-                return await super().connect(req, traces, timeout)
-            finally:
-                _EGRESS.reset(token)
         conn = await super().connect(req, traces, timeout)
         transport = conn.transport
         peer = None if transport is None else transport.get_extra_info("peername")
