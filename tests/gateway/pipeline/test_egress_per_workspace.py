@@ -87,6 +87,11 @@ async def test_a_tool_of_workspace_b_cannot_reach_a_loopback_host_granted_only_t
             assert (refused["is_error"], refused["error_code"]) == (True, "upstream_blocked")
             assert refused["recoverable"] is False
             assert "127.0.0.1" not in refused["message"]  # the model learns no address
+
+            async def logged() -> bool:  # the operator learns which host, and why
+                return "the workspace's egress policy does not allow 127.0.0.1" in gateway.log()
+
+            await wait_until(logged)
             assert (await call(gateway, "tenant-a", keys["tenant-a"]))["is_error"] is False
             assert hits == ["/data", "/data"]  # tenant-a's two calls only
 
