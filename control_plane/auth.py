@@ -20,16 +20,23 @@ from shared.keys import KeyKind, parse_key
 
 
 class Role(IntEnum):
-    """A role in one workspace; ordered, so ``role >= need`` means "may do it"."""
+    """A role in one workspace; ordered, so ``role >= need`` means "may do it".
+    ``INSTANCE_ADMIN`` is no membership: instance admins hold it in every workspace,
+    and the few workspace routes only they may call declare it."""
 
     VIEWER = 1
     EDITOR = 2
     OWNER = 3
+    INSTANCE_ADMIN = 4
+
+    @property
+    def label(self) -> str:
+        return self.name.lower().replace("_", " ")
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """The caller behind an admin token; an instance admin counts as owner of every workspace."""
+    """The caller behind an admin token; an instance admin outranks the owner of every workspace."""
 
     user_id: int
     name: str
@@ -44,7 +51,7 @@ class Principal:
 
     def role_in(self, workspace_id: int) -> Role | None:
         if self.is_instance_admin:
-            return Role.OWNER
+            return Role.INSTANCE_ADMIN
         return self.roles.get(workspace_id)
 
 
@@ -112,8 +119,7 @@ async def load_workspace(
         raise NotFound(f"workspace {slug!r} not found")
     if role < need:
         raise Forbidden(
-            f"this needs the {need.name.lower()} role in workspace {slug!r}; "
-            f"you are {role.name.lower()}"
+            f"this needs the {need.label} role in workspace {slug!r}; you are {role.label}"
         )
     return Workspace(id=row["id"], slug=row["slug"], title=row["title"], role=role)
 

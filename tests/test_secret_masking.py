@@ -37,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from shared.db import connect
 from shared.engine.masking import MASK
-from tests.support.api import auth
+from tests.support.api import auth, grant_egress
 from tests.support.gateway import (
     Gateway,
     run_control_plane,
@@ -163,6 +163,7 @@ async def publish(admin_http: httpx.AsyncClient, admin: str, port: int) -> Keys:
     """Workspace default: both secrets, every operation of OPERATIONS, agent ``leaks``."""
     h = auth(admin)
     await ok(await admin_http.post("/api/v1/workspaces", json={"slug": "default"}, headers=h))
+    await grant_egress(admin_http, admin, "default", f"127.0.0.1:{port}")
     for name, value in SECRET_VALUES.items():
         await ok(await admin_http.put(f"{BASE}/secrets/{name}", json={"value": value}, headers=h))
     for name, (method, path, auth_spec, approval) in OPERATIONS.items():

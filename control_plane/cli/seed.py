@@ -2,7 +2,9 @@
 
 Idempotent: the demo file goes through the same ``apply_file`` as ``crank
 apply``, which writes nothing when nothing changed, so a second run leaves
-every row, the audit log and the catalog version as they were.
+every row, the audit log and the catalog version as they were. The demo
+workspace is granted its loopback sales API (``crank up`` allowlists it for
+the instance; docs/architecture.md, "Egress per workspace"), once.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from control_plane.cli.common import CliError, cli_settings, require_database_ur
 from control_plane.demo import DEMO_WORKSPACE, demo_sales_port, load_demo_file
 from control_plane.errors import Conflict
 from control_plane.services.apply import ApplyPlan, apply_file
+from control_plane.services.egress import grant_once
 from control_plane.services.workspaces import create_workspace
 from shared.db import Connection, connect
 
@@ -50,6 +53,7 @@ async def seed_demo(conn: Connection, *, sales_port: int, actor: str = SEED_ACTO
     if plan.errors:
         details = "; ".join(f"{e.field}: {e.message}" for e in plan.errors)
         raise CliError(f"the demo file does not apply: {details}", exit_code=1)
+    await grant_once(conn, workspace, actor, f"127.0.0.1:{sales_port}")
     return plan
 
 

@@ -19,6 +19,7 @@ import msgspec
 import yaml
 from yarl import URL
 
+from shared.engine.egress import EgressPolicy
 from shared.engine.outbound import (
     ExecutorConfig,
     OutboundError,
@@ -118,9 +119,11 @@ def detect_version(document: dict[str, Any]) -> Version:
 
 
 async def fetch_document(
-    url: str, policy: AddressPolicy, max_bytes: int = MAX_DOCUMENT_BYTES
+    url: str, policy: AddressPolicy, egress: EgressPolicy, max_bytes: int = MAX_DOCUMENT_BYTES
 ) -> bytes:
-    """GET ``url`` through the guarded executor; the body (at most ``max_bytes``), or ``SpecError``."""
+    """GET ``url`` through the guarded executor, under the workspace's ``egress``
+    policy (it reads a host as try-it does); the body (at most ``max_bytes``), or
+    ``SpecError``."""
     if not url.startswith(("http://", "https://")):
         raise SpecError("the URL must start with http:// or https://", code="bad_request")
     config = ExecutorConfig(limit=4, limit_per_host=4, max_response_bytes=max_bytes)
@@ -134,6 +137,7 @@ async def fetch_document(
         headers=(("Accept", "application/json, application/yaml;q=0.9, */*;q=0.5"),),
         timeout_ms=FETCH_TIMEOUT_MS,
         retries=1,
+        egress=egress,
     )
     try:
         async with UpstreamExecutor(policy, config) as executor:

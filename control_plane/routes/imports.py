@@ -3,7 +3,7 @@
 The body gives the document inline (``document``: parsed JSON, or JSON/YAML
 text) or by ``url``, fetched by the control plane through the same SSRF guard
 as upstream calls (``CRANK_ALLOW_PRIVATE_UPSTREAMS``,
-``CRANK_UPSTREAM_ALLOWLIST``). Parsing and converting a large document is
+``CRANK_UPSTREAM_ALLOWLIST``) and the workspace's egress policy. Parsing and converting a large document is
 CPU work, so it runs in a worker thread, off the event loop. Imports write
 drafts only (editor role) and never publish.
 """
@@ -33,6 +33,7 @@ from control_plane.request_body import BodyLimit
 from control_plane.services.imports import ImportReport, import_openapi
 from shared.engine.spec_validation import FieldError
 from shared.engine.ssrf import AddressPolicy
+from shared.workspace_egress import load_egress
 
 
 class OpenApiImportRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -98,7 +99,9 @@ async def import_openapi_document(
                 allow_private_upstreams=settings.allow_private_upstreams,
                 upstream_allowlist=settings.upstream_allowlist,
             )
-            raw = await fetch_document(data.url, policy, settings.max_document_bytes)
+            raw = await fetch_document(
+                data.url, policy, await load_egress(conn, ws.id), settings.max_document_bytes
+            )
         result = await asyncio.to_thread(_convert, data, raw)
     except SpecError as exc:
         raise BadRequest(exc.message, code=exc.code) from None

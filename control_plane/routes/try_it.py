@@ -1,10 +1,10 @@
 """``POST /api/v1/workspaces/{workspace}/operations/{name}/try``: run a draft once.
 
 The editor role: a try-it makes a real upstream call with the workspace's
-secrets. The pipeline, the masking and the audit row are
-control_plane.services.try_it. Unlike the other routes, the handler commits
-its transaction before the upstream call (and, for anything but GET, the
-``operation.try`` audit row with it), so no transaction waits on an upstream.
+secrets, under its egress policy. The pipeline, the masking and the audit row
+are control_plane.services.try_it. Unlike the other routes, the handler commits
+its transaction before the upstream call (and the ``operation.try`` audit row
+with it, written for every try), so no transaction waits on an upstream.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ from control_plane.services.try_it import TryReport, TryRequest, try_operation
         "draft's `response.select` for this try. A pipeline failure is the result "
         "(`is_error: true`, the structured tool error), still 200. Anything but GET makes a "
         "real call: it needs `acknowledge_side_effects: true` (else 400 "
-        "`acknowledgement_required`, and no call) and writes an `operation.try` audit entry. "
-        "Confirmation and approval do not apply. Needs the editor role."
+        "`acknowledgement_required`, and no call). Every try, GET included, writes an "
+        "`operation.try` audit entry (method, host, outcome). The call obeys the workspace's "
+        "egress policy. Confirmation and approval do not apply. Needs the editor role."
     ),
 )
 async def try_operation_draft(

@@ -14,9 +14,13 @@ What differs from a tools/call, on purpose (it is an admin tool):
 - The confirmation and approval gates do not apply, and the idempotency memory
   is not used: every try-it reaches the upstream. A DELETE try-it is a real
   DELETE. So a try-it of anything but GET needs ``acknowledge_side_effects``
-  (else 400 and no call), and writes an ``operation.try`` audit row *before*
-  the call, committed, so that no side effect goes unrecorded even if the
-  process dies mid-call; the row is completed with the outcome afterwards.
+  (else 400 and no call).
+- Every try-it, GET included, writes an ``operation.try`` audit row (who,
+  operation, method, host, outcome; never argument values, a URL or a body):
+  a GET can read what an internal host holds (docs/architecture.md, "Egress
+  per workspace"). The row is written *before* the call, committed, so that no
+  call goes unrecorded even if the process dies mid-call, and completed with
+  the outcome afterwards. The call is sent under the workspace's egress policy.
 - The answer shows what a model never sees: the request as sent, the
   upstream's status, headers and raw body (capped at ``MAX_BODY_BYTES``), and
   a tool error's details. Secret values — in every spelling shared.engine.masking
@@ -42,6 +46,7 @@ from typing import Any, Final
 import msgspec
 import structlog
 from psycopg.types.json import Jsonb
+from yarl import URL
 
 from control_plane.auth import Workspace
 from control_plane.errors import BadRequest, Conflict, ValidationFailed
@@ -50,6 +55,7 @@ from control_plane.state import AppState
 from shared.crypto import SecretBox
 from shared.db import Connection
 from shared.engine.compiler import CompiledOperation, compile_operation
+from shared.engine.egress import EgressPolicy
 from shared.engine.errors import ErrorCode, ToolError
 from shared.engine.masking import NO_SECRETS, Masker
 from shared.engine.request_builder import BuiltRequest
@@ -57,6 +63,7 @@ from shared.engine.spec import OperationSpec, operation_from_builtins
 from shared.engine.spec_validation import FieldError, validate_operation
 from shared.engine.upstream import UpstreamCall
 from shared.secrets import load_secrets
+from shared.workspace_egress import load_egress
 
 log = structlog.get_logger(__name__)
 
@@ -113,7 +120,7 @@ class TryReport(msgspec.Struct, kw_only=True):
     request: RequestView | None  # None: the pipeline stopped before a request was built
     upstream: UpstreamView | None  # None: the upstream was not called
     result: TryResult
-    audited: bool = False  # an operation.try audit row records this call
+    audited: bool = False  # an operation.try audit row records this try (always, once run)
 
 
 def _draft(draft: dict[str, Any], select: str | None) -> OperationSpec:
@@ -193,11 +200,12 @@ async def _call(
     compiled: CompiledOperation,
     built: BuiltRequest,
     request_id: str,
+    egress: EgressPolicy,
 ) -> tuple[UpstreamView, TryResult]:
     masker = built.masker
     upstream = UpstreamCall()
     try:
-        selected = await compiled.call(state.executor, built, upstream)
+        selected = await compiled.call(state.executor, built, upstream, egress=egress)
     except ToolError as exc:
         view = _upstream_view(upstream, masker, exc.error_code)
         return view, _tool_error(exc, request_id, masker)
@@ -209,9 +217,17 @@ async def _call(
 
 
 async def _audit_start(
-    conn: Connection, ws: Workspace, actor: str, name: str, revision: int, request: RequestView
+    conn: Connection, ws: Workspace, actor: str, name: str, revision: int, spec: OperationSpec
 ) -> int:
-    details = {"method": request.method, "url": request.url, "revision": revision, "status": None}
+    """The row of a try; its host is the operation's (path and query hold argument values)."""
+    url = URL(spec.request.url)
+    details = {
+        "method": spec.request.method,
+        "host": url.host,
+        "port": url.port,
+        "revision": revision,
+        "status": None,
+    }
     cur = await conn.execute(
         """INSERT INTO audit_log (workspace_id, actor, action, resource_type, resource_name, details)
            VALUES (%s, %s, %s, 'operation', %s, %s) RETURNING id""",
@@ -228,12 +244,13 @@ def _outcome(result: TryResult) -> str:
 
 
 async def _audit_finish(
-    conn: Connection, audit_id: int, upstream: UpstreamView, result: TryResult
+    conn: Connection, audit_id: int, upstream: UpstreamView | None, result: TryResult
 ) -> None:
+    """The outcome; ``upstream`` None: the pipeline stopped before a request was built."""
     details = {
-        "status": upstream.status,
+        "status": None if upstream is None else upstream.status,
         "outcome": _outcome(result),
-        "attempts": upstream.attempts,
+        "attempts": 0 if upstream is None else upstream.attempts,
     }
     await conn.execute(
         "UPDATE audit_log SET details = details || %s WHERE id = %s", (Jsonb(details), audit_id)
@@ -257,6 +274,7 @@ async def try_operation(
             errors=[FieldError("acknowledge_side_effects", f"must be true for a {method}")],
         )
     request_id = "try_" + secrets.token_hex(8)
+    audit_id = await _audit_start(conn, ws, actor, name, row.revision, spec)
     report = TryReport(
         operation=name,
         revision=row.revision,
@@ -264,6 +282,7 @@ async def try_operation(
         request=None,
         upstream=None,
         result=TryResult(is_error=False, structured_content=None),
+        audited=True,
     )
     compiled = compile_operation(spec, language=state.settings.language)
     try:
@@ -271,16 +290,13 @@ async def try_operation(
         built = compiled.build(cleaned, await _secrets(conn, state.box, ws, spec))
     except ToolError as exc:
         report.result = _tool_error(exc, request_id, NO_SECRETS)
+        await _audit_finish(conn, audit_id, None, report.result)
         return report
     report.request = msgspec.convert(built.redacted(), RequestView)
-    audit_id = None
-    if method != "GET":
-        audit_id = await _audit_start(conn, ws, actor, name, row.revision, report.request)
-        report.audited = True
+    egress = await load_egress(conn, ws.id)
     await conn.commit()
-    report.upstream, report.result = await _call(state, compiled, built, request_id)
-    if audit_id is not None:
-        await _audit_finish(conn, audit_id, report.upstream, report.result)
+    report.upstream, report.result = await _call(state, compiled, built, request_id, egress)
+    await _audit_finish(conn, audit_id, report.upstream, report.result)
     log.info(
         "operation_tried",
         workspace=ws.slug,

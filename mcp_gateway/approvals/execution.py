@@ -44,6 +44,7 @@ from mcp_gateway.upkeep.call_log import CallLogWriter
 from shared.crypto import SecretBox
 from shared.db import Connection
 from shared.engine.compiler import CompiledOperation, compile_operation
+from shared.engine.egress import EgressPolicy
 from shared.engine.errors import ErrorCode, Language, ToolError
 from shared.engine.masking import MASK, Masker
 from shared.engine.outbound import UpstreamExecutor
@@ -52,6 +53,7 @@ from shared.engine.spec import operation_from_builtins
 from shared.engine.upstream import UpstreamCall
 from shared.periodic import EXPECTED
 from shared.secrets import load_secrets
+from shared.workspace_egress import load_egress
 
 log = structlog.get_logger(__name__)
 
@@ -176,6 +178,7 @@ class Performer:
         try:
             compiled = await self._compiled(row)
             secrets = await self._secrets(row, compiled)
+            egress = await self._egress(row)
         except EXPECTED as exc:  # the database: leave the row to be re-claimed
             raise Deferred from exc
         except Exception:  # an unreadable spec: every attempt would fail the same way
@@ -183,7 +186,7 @@ class Performer:
             outcome = self._internal_error()
         else:
             try:
-                outcome = await self._send(row, compiled, secrets, upstream)
+                outcome = await self._send(row, compiled, secrets, egress, upstream)
             except Exception:  # a bug: repeating would fail the same way
                 log.exception("approval_call_crashed", approval_id=row.id)
                 outcome = self._internal_error()
@@ -214,6 +217,7 @@ class Performer:
         row: Claimed,
         compiled: CompiledOperation,
         secrets: Mapping[str, str],
+        egress: EgressPolicy,
         upstream: UpstreamCall,
     ) -> Outcome:
         try:
@@ -224,7 +228,7 @@ class Performer:
             log.error("approval_request_changed", approval_id=row.id, tool=row.tool)
             return self._internal_error()
         try:
-            selected = await compiled.call(self._executor, built, upstream)
+            selected = await compiled.call(self._executor, built, upstream, egress=egress)
         except ToolError as exc:
             response = upstream.response
             text = None if response is None else upstream_text(response.body, built.masker)
@@ -244,6 +248,14 @@ class Performer:
             compiled = compile_operation(operation_from_builtins(raw), language=self._language)
             self._cache.put(key, compiled)
         return compiled
+
+    async def _egress(self, row: Claimed) -> EgressPolicy:
+        """The workspace's current egress policy: the snapshot's, else the database's."""
+        agent = self._snapshot().agents_by_id.get(row.agent_id)
+        if agent is not None and agent.workspace_id == row.workspace_id:
+            return agent.egress
+        async with self._pool.connection() as conn:
+            return await load_egress(conn, row.workspace_id)
 
     async def _secrets(self, row: Claimed, compiled: CompiledOperation) -> Mapping[str, str]:
         """The workspace's current secrets: the snapshot's, else opened from the database."""

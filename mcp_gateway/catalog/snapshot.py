@@ -22,9 +22,11 @@ from mcp_gateway.pipeline.results import tool_definition
 from shared.crypto import SecretBox
 from shared.db import Connection
 from shared.engine.compiler import CompiledOperation, compile_operation
+from shared.engine.egress import EgressPolicy
 from shared.engine.errors import Language, ToolError
 from shared.engine.spec import OperationSpec, RateLimit, operation_from_builtins
 from shared.secrets import open_secrets
+from shared.workspace_egress import EGRESS_COLUMNS, REACHES_NOTHING, egress_from_row
 
 log = structlog.get_logger(__name__)
 
@@ -66,6 +68,8 @@ class Agent:
     fingerprint: bytes = b""
     # The workspace's secrets, decrypted, for upstream auth (shared by its agents).
     secrets: Mapping[str, str] = field(default_factory=dict)
+    # The workspace's egress policy, which every upstream call of its tools is sent under.
+    egress: EgressPolicy = REACHES_NOTHING
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +145,15 @@ def _tools_for(
     return tuple(tools)
 
 
+def _egress_of(known: dict[int, EgressPolicy], row: Mapping[str, Any]) -> EgressPolicy:
+    """The policy of the row's workspace, parsed once per snapshot."""
+    workspace_id = row["workspace_id"]
+    found = known.get(workspace_id)
+    if found is None:
+        found = known[workspace_id] = egress_from_row(row, workspace_id)
+    return found
+
+
 def _paged(definitions: list[dict[str, Any]], page_size: int) -> tuple[bytes, ...]:
     if not definitions:
         return (b"[]",)
@@ -169,8 +182,9 @@ async def load_snapshot(conn: Connection, options: SnapshotOptions | None = None
             for r in await cur.fetchall()
         }
         cur = await conn.execute(
-            """SELECT a.id, a.workspace_id, w.slug AS workspace, a.slug, a.published
-                 FROM agents a JOIN workspaces w ON w.id = a.workspace_id"""
+            f"""SELECT a.id, a.workspace_id, w.slug AS workspace, a.slug, a.published,
+                       {EGRESS_COLUMNS}
+                  FROM agents a JOIN workspaces w ON w.id = a.workspace_id"""
         )
         agent_rows = await cur.fetchall()
         cur = await conn.execute(
@@ -187,6 +201,7 @@ async def load_snapshot(conn: Connection, options: SnapshotOptions | None = None
             secrets = open_secrets(await cur.fetchall(), options.box)
 
     agents: dict[tuple[str, str], Agent] = {}
+    egress: dict[int, EgressPolicy] = {}  # one per workspace, shared by its agents
     for r in agent_rows:
         published = r["published"]
         if published is None:
@@ -196,6 +211,7 @@ async def load_snapshot(conn: Connection, options: SnapshotOptions | None = None
                 workspace=r["workspace"],
                 slug=r["slug"],
                 published=False,
+                egress=_egress_of(egress, r),
             )
         else:
             tools = _tools_for(published, versions, r["workspace_id"], options.language)
@@ -217,6 +233,7 @@ async def load_snapshot(conn: Connection, options: SnapshotOptions | None = None
                 modern_pages=modern_pages,
                 fingerprint=hashlib.sha256(b"\0".join(modern_pages)).digest(),
                 secrets=secrets.get(r["workspace_id"], {}),
+                egress=_egress_of(egress, r),
             )
         agents[(agent.workspace, agent.slug)] = agent
     keys = {

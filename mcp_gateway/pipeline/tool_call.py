@@ -81,7 +81,7 @@ async def _send(
     *,
     wrap_arrays: bool,
 ) -> dict[str, Any]:
-    selected = await tool.compiled.call(ctx.executor, built, upstream)
+    selected = await tool.compiled.call(ctx.executor, built, upstream, egress=ctx.agent.egress)
     log.info(
         "tool_called",
         tool=tool.name,
@@ -137,7 +137,11 @@ async def tools_call(call: Exchange, message: Message, *, modern: bool) -> bytes
         outcome = exc.error_code
         if isinstance(exc, UpstreamFailure):
             log.info(
-                "tool_call_failed", tool=tool.name, error_code=outcome, attempts=upstream.attempts
+                "tool_call_failed",
+                tool=tool.name,
+                error_code=outcome,
+                attempts=upstream.attempts,
+                reason=exc.details.get("reason"),  # masked; e.g. which host egress refused
             )
         replayed = isinstance(exc, idempotency_memory.ReplayedError)
         meta = {idempotency_memory.REPLAYED_META: True} if replayed else None

@@ -46,6 +46,7 @@ from referencing.exceptions import Unresolvable
 from shared.engine.answer_limits import OFF_LOOP_BYTES, raw_body_limit
 from shared.engine.argument_limits import child_path, oversized
 from shared.engine.canonical import normal_numbers
+from shared.engine.egress import EgressPolicy
 from shared.engine.errors import Language, ToolError, invalid_arguments
 from shared.engine.masking import NO_SECRETS, Masker
 from shared.engine.outbound import OutboundError, UpstreamExecutor, UpstreamRequest
@@ -188,8 +189,11 @@ class CompiledOperation:
         """``arguments`` as ``validate`` returned them."""
         return self._builder.build(arguments, secrets)
 
-    def upstream_request(self, built: BuiltRequest) -> UpstreamRequest:
-        """``built`` with the operation's timeout, retries and idempotency header."""
+    def upstream_request(
+        self, built: BuiltRequest, egress: EgressPolicy | None = None
+    ) -> UpstreamRequest:
+        """``built`` with the operation's timeout, retries and idempotency header,
+        sent under the workspace's ``egress`` policy."""
         execution = self.spec.execution_config
         idempotency = execution.idempotency
         return UpstreamRequest(
@@ -201,6 +205,7 @@ class CompiledOperation:
             retries=execution.retries,
             idempotency_header=idempotency.header if idempotency else None,
             max_response_bytes=self._raw_limit,
+            egress=egress,
         )
 
     def select(
@@ -210,16 +215,22 @@ class CompiledOperation:
         return self._selector.select(status, headers, body, masker=masker)
 
     async def call(
-        self, executor: UpstreamExecutor, built: BuiltRequest, upstream: UpstreamCall | None = None
+        self,
+        executor: UpstreamExecutor,
+        built: BuiltRequest,
+        upstream: UpstreamCall | None = None,
+        *,
+        egress: EgressPolicy | None,
     ) -> Selected:
-        """The upstream step: send ``built``, select from the answer. Raises only
-        ``ToolError`` (details: upstream_status, attempts, the masked upstream text or
-        reason); ``upstream`` records the measurements either way."""
+        """The upstream step: send ``built`` under the workspace's ``egress`` policy
+        (None only where no workspace is involved), select from the answer. Raises
+        only ``ToolError`` (details: upstream_status, attempts, the masked upstream
+        text or reason); ``upstream`` records the measurements either way."""
         upstream = UpstreamCall() if upstream is None else upstream
         masker = built.masker
         started = time.perf_counter()
         try:
-            response = await executor.execute(self.upstream_request(built))
+            response = await executor.execute(self.upstream_request(built, egress))
         except OutboundError as exc:
             upstream.attempts = exc.attempts
             upstream.elapsed_ms = (time.perf_counter() - started) * 1000

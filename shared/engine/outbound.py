@@ -23,12 +23,14 @@ An HTTP answer of any status (also 429 and 5xx once retries are exhausted) is
 returned as an ``UpstreamResponse``; turning statuses into codes is the caller's.
 
 Decisions: see ``_redirect`` (redirect rules) and ``retry_safe`` / ``execute``
-(retry rules); the guard is ``GuardedConnector``.
+(retry rules); the guard is ``GuardedConnector``, which also applies the
+calling workspace's egress policy (``UpstreamRequest.egress``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import email.utils
 import functools
 import ipaddress
@@ -44,11 +46,13 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
 from shared.engine.answer_limits import DEFAULT_MAX_JSON_NODES
+from shared.engine.egress import EgressPolicy
 from shared.engine.errors import ErrorCode
 from shared.engine.ssrf import AddressPolicy
 
 if TYPE_CHECKING:
-    from aiohttp.connector import SocketFactoryType
+    from aiohttp.client_reqrep import ClientRequest
+    from aiohttp.connector import Connection, SocketFactoryType
     from aiohttp.tracing import Trace
 
     from shared.settings import Settings
@@ -144,6 +148,7 @@ class UpstreamRequest:
     idempotency_header: str | None = None  # its presence makes POST/PATCH retry-safe
     # This call's raw body limit (the operation's); the executor's ceiling caps it.
     max_response_bytes: int | None = None
+    egress: EgressPolicy | None = None  # the calling workspace's; None: the operator's alone
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -228,6 +233,13 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     return max(0.0, when.timestamp() - current)
 
 
+# The egress policy of the workspace whose request is being sent (set by
+# ``UpstreamExecutor.execute``): aiohttp's connector API has no room for it.
+_EGRESS: contextvars.ContextVar[EgressPolicy | None] = contextvars.ContextVar(
+    "crank_egress", default=None
+)
+
+
 class GuardedConnector(aiohttp.TCPConnector):
     """A TCPConnector that connects only to addresses the policy allows.
 
@@ -236,21 +248,56 @@ class GuardedConnector(aiohttp.TCPConnector):
     addresses from that same list, so nothing can rebind in between; cached
     DNS answers pass the same filter. Blocked addresses are dropped; if none
     remain the connection fails with ``UpstreamBlocked``. Overrides aiohttp's
-    ``_resolve_host`` (checked by tests against the pinned aiohttp).
+    ``_resolve_host`` and ``connect`` (checked by tests against the pinned aiohttp).
+
+    A request sent for a workspace is judged by its egress policy too
+    (docs/architecture.md, "Egress per workspace"): the URL host of every hop
+    before connecting, and the peer address of the connection it gets, which
+    may come from the pool, opened for another workspace.
     """
 
     def __init__(self, policy: AddressPolicy, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._policy = policy
 
+    async def connect(
+        self,
+        req: ClientRequest,
+        traces: list[Trace],
+        timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 - aiohttp's signature
+    ) -> Connection:
+        egress = _EGRESS.get()
+        if egress is None:
+            return await super().connect(req, traces, timeout)
+        host, port = req.url.raw_host or "", req.port or 0
+        if not egress.allows_host(host):
+            raise UpstreamBlocked(egress.refusal(host))
+        conn = await super().connect(req, traces, timeout)
+        transport = conn.transport
+        peer = None if transport is None else transport.get_extra_info("peername")
+        if not peer or not egress.decide(self._policy, peer[0], host=host, port=port).allowed:
+            conn.release()  # fine for the workspace that may use it
+            raise UpstreamBlocked(egress.refusal(host))
+        return conn
+
     async def _resolve_host(
         self, host: str, port: int, traces: Sequence[Trace] | None = None
     ) -> list[ResolveResult]:
         results = await super()._resolve_host(host, port, traces=traces)
-        allowed = [
-            r for r in results if self._policy.decide(r["host"], host=host, port=port).allowed
+        egress = _EGRESS.get()
+        decisions = [
+            (
+                r,
+                self._policy.decide(r["host"], host=host, port=port)
+                if egress is None
+                else egress.decide(self._policy, r["host"], host=host, port=port),
+            )
+            for r in results
         ]
+        allowed = [r for r, decision in decisions if decision.allowed]
         if not allowed:
+            if egress is not None and any(decision.by_workspace for _, decision in decisions):
+                raise UpstreamBlocked(egress.refusal(host))
             raise UpstreamBlocked(f"{host}:{port} resolves only to refused addresses")
         return allowed
 
@@ -310,7 +357,15 @@ class UpstreamExecutor:
 
     async def execute(self, request: UpstreamRequest) -> UpstreamResponse:
         """Send ``request``; retries (only if ``retry_safe``) on connect errors,
-        timeouts, 429 and 500/502/503/504, within ``timeout_ms * (retries + 1)``."""
+        timeouts, 429 and 500/502/503/504, within ``timeout_ms * (retries + 1)``;
+        every connection it uses is judged by ``request.egress`` too."""
+        token = _EGRESS.set(request.egress)
+        try:
+            return await self._execute(request)
+        finally:
+            _EGRESS.reset(token)
+
+    async def _execute(self, request: UpstreamRequest) -> UpstreamResponse:
         loop = asyncio.get_running_loop()
         started = loop.time()
         per_attempt = request.timeout_ms / 1000

@@ -197,7 +197,14 @@ def parse_allowlist(entries: tuple[str, ...] | list[str]) -> tuple[AllowEntry, .
 class Decision:
     allowed: bool
     category: AddressCategory
-    reason: str  # "public", "allow_private", "allowlist", "metadata", "private_address"
+    # "public", "allow_private", "allowlist", "metadata", "private_address"; a
+    # workspace's policy (shared.engine.egress) adds "workspace_hosts", "workspace_grants".
+    reason: str
+
+    @property
+    def by_workspace(self) -> bool:
+        """Refused by a workspace's egress policy, not by the operator's."""
+        return self.reason.startswith("workspace_")
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
@@ -41,3 +42,20 @@ async def create_workspace(client: Client, token: str, slug: str) -> None:
     """A new workspace through the API, as an instance admin makes one."""
     response = await client.post("/api/v1/workspaces", json={"slug": slug}, headers=auth(token))
     assert response.status_code == 201, response.text
+
+
+async def grant_egress(
+    client: httpx.AsyncClient, admin_token: str, workspace: str, *grants: str
+) -> None:
+    """Add private ``grants`` to ``workspace``'s egress policy, as an instance admin
+    grants a tenant the internal hosts the operator allowlisted for it."""
+    base = f"/api/v1/workspaces/{workspace}/egress"
+    current = await client.get(base, headers=auth(admin_token))
+    assert current.status_code == 200, current.text
+    wanted = [*current.json()["grants"], *grants]
+    answer = await client.put(
+        f"{base}/grants",
+        json={"grants": wanted},
+        headers=auth(admin_token, current.headers["etag"]),
+    )
+    assert answer.status_code == 200, answer.text

@@ -19,7 +19,7 @@ from shared.db import Connection, connect
 from shared.engine.canonical import arguments_hash
 from shared.engine.compiler import compile_operation
 from shared.engine.spec import operation_from_builtins
-from tests.support.api import Client, auth
+from tests.support.api import Client, auth, grant_egress
 from tests.support.gateway import serve_upstream
 from tests.support.processes import free_port
 from tests.support.tool_calls import BASE, ok, publish_agent, publish_operation
@@ -120,6 +120,7 @@ async def publish_shop(client: Client, admin: str, port: int, *, timeout_ms: int
     h = auth(admin)
     await ok(await client.post("/api/v1/workspaces", json={"slug": "default"}, headers=h))
     await ok(await client.put(f"{BASE}/secrets/SHOP_TOKEN", json={"value": TOKEN}, headers=h))
+    await grant_egress(client, admin, "default", f"127.0.0.1:{port}")
     await publish_operation(client, admin, order_spec(port, timeout_ms=timeout_ms))
     await publish_agent(client, admin, "sales", [TOOL])
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 from aiohttp import web
 
-from tests.support.api import Client, auth
+from tests.support.api import Client, auth, grant_egress
 from tests.support.gateway import FRANKFURTER, serve_upstream
 from tests.support.mcp import bearer
 from tests.support.processes import free_port
@@ -68,6 +68,7 @@ async def seed(client: Client, admin: str, upstream_port: int, blocked_port: int
         "name": "blocked_rate",
         "request": {**rates["request"], "url": f"http://127.0.0.1:{blocked_port}/v1/latest"},
     }
+    await grant_egress(client, admin, "default", f"127.0.0.1:{upstream_port}")
     for spec in (rates, blocked):
         await publish_operation(client, admin, spec)
     return await publish_agent(client, admin, "rates", ["latest_rate", "blocked_rate"])

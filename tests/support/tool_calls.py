@@ -36,28 +36,30 @@ async def ok(response: Any) -> Any:
     return response
 
 
-async def publish_operation(client: httpx.AsyncClient, admin: str, spec: dict[str, Any]) -> None:
-    created = await ok(await client.post(f"{BASE}/operations", json=spec, headers=auth(admin)))
+async def publish_operation(
+    client: httpx.AsyncClient, admin: str, spec: dict[str, Any], *, base: str = BASE
+) -> None:
+    created = await ok(await client.post(f"{base}/operations", json=spec, headers=auth(admin)))
     await ok(
         await client.post(
-            f"{BASE}/operations/{spec['name']}/publish",
+            f"{base}/operations/{spec['name']}/publish",
             headers=auth(admin, created.headers["etag"]),
         )
     )
 
 
 async def publish_agent(
-    client: httpx.AsyncClient, admin: str, slug: str, operations: list[str]
+    client: httpx.AsyncClient, admin: str, slug: str, operations: list[str], *, base: str = BASE
 ) -> str:
-    """Publishes the agent and returns a new agent key for it."""
+    """Publishes the agent (in the workspace at ``base``) and returns a new agent key for it."""
     body = {"slug": slug, "description": f"The {slug} agent.", "operations": operations}
-    agent = await ok(await client.post(f"{BASE}/agents", json=body, headers=auth(admin)))
+    agent = await ok(await client.post(f"{base}/agents", json=body, headers=auth(admin)))
     await ok(
         await client.post(
-            f"{BASE}/agents/{slug}/publish", headers=auth(admin, agent.headers["etag"])
+            f"{base}/agents/{slug}/publish", headers=auth(admin, agent.headers["etag"])
         )
     )
-    key = await ok(await client.post(f"{BASE}/keys", json={"agent": slug}, headers=auth(admin)))
+    key = await ok(await client.post(f"{base}/keys", json={"agent": slug}, headers=auth(admin)))
     return str(key.json()["key"])
 
 

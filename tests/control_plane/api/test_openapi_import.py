@@ -4,9 +4,8 @@ re-imports that never clobber edits, URLs through the SSRF guard, the audit log.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +15,11 @@ from litestar.testing import AsyncTestClient
 
 from control_plane.app import create_app
 from shared.settings import Settings
-from tests.support.api import Client, auth, make_token
+from tests.support.api import Client, auth, grant_egress, make_token
 from tests.support.cli import Server, crank
 from tests.support.db import TEST_SECRET_KEY
 from tests.support.paths import OPENAPI_FIXTURES as FIXTURES
+from tests.support.threaded_http import ThreadedServer, serve_threaded
 
 WS = "/api/v1/workspaces/default"
 IMPORT = f"{WS}/import/openapi"
@@ -217,22 +217,13 @@ async def test_unusable_requests_are_refused_with_a_code(
     assert (response.status_code, response.json()["code"]) == (400, code)
 
 
-class DocumentServer(ThreadingHTTPServer):
-    """Serves the Swagger petstore on loopback from a thread of its own: the test
-    client runs the app through a portal that blocks the test's event loop."""
-
-    hits = 0
-
-    @property
-    def port(self) -> int:
-        return int(self.server_address[1])
-
-
 class _Handler(BaseHTTPRequestHandler):
-    server: DocumentServer
+    """Serves the Swagger petstore (from a thread of its own: tests.support.threaded_http)."""
+
+    server: ThreadedServer
 
     def do_GET(self) -> None:
-        self.server.hits += 1
+        self.server.hits.append(self.path)
         body = (FIXTURES / "petstore-swagger-2.0.yaml").read_bytes()
         self.send_response(200)
         self.send_header("Content-Type", "application/yaml")
@@ -245,20 +236,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def document_server() -> Iterator[DocumentServer]:
-    server = DocumentServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+def document_server() -> Iterator[ThreadedServer]:
+    with serve_threaded(_Handler) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
 
 
-async def test_a_url_is_fetched_through_the_guard_when_allowlisted(
-    database_url: str, document_server: DocumentServer
+async def test_a_url_is_fetched_through_the_guard_when_allowlisted_and_granted(
+    database_url: str, document_server: ThreadedServer
 ) -> None:
     settings = Settings(
         database_url=database_url,
@@ -269,24 +253,29 @@ async def test_a_url_is_fetched_through_the_guard_when_allowlisted(
     async with AsyncTestClient(app=create_app(settings)) as allowed:
         await allowed.post("/api/v1/workspaces", json={"slug": "default"}, headers=auth(token))
         url = f"http://127.0.0.1:{document_server.port}/openapi.yaml"
-        response = await allowed.post(
-            IMPORT, json={"url": url, "base_url": UPSTREAM, "dry_run": True}, headers=auth(token)
-        )
+        body = {"url": url, "base_url": UPSTREAM, "dry_run": True}
+        # Allowlisted by the operator, but not granted to this workspace yet.
+        ungranted = await allowed.post(IMPORT, json=body, headers=auth(token))
+        assert (ungranted.status_code, ungranted.json()["code"]) == (400, "upstream_blocked")
+        assert "egress policy does not allow 127.0.0.1" in ungranted.json()["message"]
+        assert document_server.hits == []
+        await grant_egress(allowed, token, "default", f"127.0.0.1:{document_server.port}")
+        response = await allowed.post(IMPORT, json=body, headers=auth(token))
     assert response.status_code == 200, response.text
     assert len(response.json()["created"]) == 20
-    assert document_server.hits == 1
+    assert len(document_server.hits) == 1
 
 
 @pytest.mark.parametrize(
     "where", ["loopback", "http://169.254.169.254/latest/openapi.json", "http://[::1]:9/x"]
 )
 async def test_a_url_the_guard_refuses_is_never_fetched(
-    client: Client, admin: str, document_server: DocumentServer, where: str
+    client: Client, admin: str, document_server: ThreadedServer, where: str
 ) -> None:
     url = f"http://127.0.0.1:{document_server.port}/openapi.yaml" if where == "loopback" else where
     response = await client.post(IMPORT, json={"url": url}, headers=auth(admin))
     assert (response.status_code, response.json()["code"]) == (400, "upstream_blocked")
-    assert document_server.hits == 0
+    assert document_server.hits == []
 
 
 # -- the command line ---------------------------------------------------------------

@@ -62,6 +62,8 @@ SAMPLE_BODIES: dict[tuple[str, str], Any] = {
         }
     },
     ("POST", "/lint"): {"operations": [{**OPERATION, "name": "op4"}]},
+    ("PUT", "/egress/hosts"): {"hosts": ["api.example.com"]},
+    ("PUT", "/egress/grants"): {"grants": ["10.0.0.5:8080"]},
 }
 # POST routes that only read (a body too big for a query string): viewers may call them.
 READ_ONLY_POSTS = {("POST", "/lint")}
@@ -139,7 +141,8 @@ def state_of(database_url: str) -> tuple[Any, ...]:
         row = conn.execute(
             "SELECT (SELECT version FROM catalog_state), (SELECT count(*) FROM audit_log),"
             " (SELECT count(*) FROM api_keys WHERE revoked_at IS NULL),"
-            " (SELECT sum(revision) FROM operations), (SELECT sum(revision) FROM agents)"
+            " (SELECT sum(revision) FROM operations), (SELECT sum(revision) FROM agents),"
+            " (SELECT sum(egress_revision) FROM workspaces)"
         ).fetchone()
     assert row is not None
     return tuple(row)
@@ -177,23 +180,38 @@ async def test_viewer_reads_every_route_but_writes_none(
     assert state_of(database_url) == before
 
 
-# Routes that change API keys: creating, revoking, and deleting an agent (its keys go with it).
+# Routes that change API keys: creating, revoking, and deleting an agent (its keys go
+# with it); and the workspace's egress host list.
 OWNER_ONLY = {
     ("POST", "/keys"),
     ("DELETE", "/keys/{key_id:int}"),
     ("DELETE", "/agents/{slug:str}"),
+    ("PUT", "/egress/hosts"),
 }
+# A workspace's private egress grants: an owner must not open a host the operator
+# allowlisted for another tenant.
+INSTANCE_ADMIN_ONLY = {("PUT", "/egress/grants")}
 
 
-async def test_editor_gets_403_on_every_route_that_changes_keys_and_changes_nothing(
-    client: Client, app: Litestar, admin_token: str, database_url: str
+@pytest.mark.parametrize(
+    ("role", "routes"),
+    [("editor", OWNER_ONLY), ("owner", INSTANCE_ADMIN_ONLY)],
+    ids=["editor-on-owner-routes", "owner-on-instance-admin-routes"],
+)
+async def test_a_role_just_below_a_route_gets_403_and_changes_nothing(
+    client: Client,
+    app: Litestar,
+    admin_token: str,
+    database_url: str,
+    role: str,
+    routes: set[tuple[str, str]],
 ) -> None:
-    assert set(workspace_routes(app)) >= OWNER_ONLY
+    assert set(workspace_routes(app)) >= routes
     seeded = await seed_workspace_b(client, admin_token)
-    editor = await make_token(database_url, "editor", "b")
+    token = await make_token(database_url, role, "b")
     before = state_of(database_url)
-    for method, route in sorted(OWNER_ONLY):
-        status, body = await call(client, method, route, editor, seeded)
+    for method, route in sorted(routes):
+        status, body = await call(client, method, route, token, seeded)
         assert (status, body["code"]) == (403, "forbidden"), (method, route, body)
     assert state_of(database_url) == before
 
@@ -213,6 +231,8 @@ def api_handlers(app: Litestar) -> dict[tuple[str, str], BaseRouteHandler]:
 
 
 def expected_role(method: str, route: str) -> Role:
+    if (method, route) in INSTANCE_ADMIN_ONLY:
+        return Role.INSTANCE_ADMIN
     if (method, route) in OWNER_ONLY:
         return Role.OWNER
     if method == "GET" or (method, route) in READ_ONLY_POSTS:
@@ -264,16 +284,17 @@ async def test_writes_answer_401_then_404_then_403_before_428_for_a_missing_if_m
     client: Client, app: Litestar, admin_token: str, database_url: str
 ) -> None:
     routes = if_match_routes(app)
-    assert len(routes) == 8
+    assert len(routes) == 10
     seeded = await seed_workspace_b(client, admin_token)
     owner_of_a = await make_token(database_url, "owner", "a")
     viewer = await make_token(database_url, "viewer", "b")
     owner = await make_token(database_url, "owner", "b")
     before = state_of(database_url)
     for method, route in routes:
+        allowed = admin_token if (method, route) in INSTANCE_ADMIN_ONLY else owner
         answers = [
             await call(client, method, route, token, seeded, if_match=False)
-            for token in (None, owner_of_a, viewer, owner)
+            for token in (None, owner_of_a, viewer, allowed)
         ]
         codes = [(status, body["code"]) for status, body in answers]
         assert codes == [

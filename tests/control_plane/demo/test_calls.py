@@ -110,7 +110,7 @@ async def test_offline_the_demo_frankfurter_call_is_upstream_unavailable(
     upstream = UpstreamCall()
     async with executor:
         with pytest.raises(ToolError) as caught:  # the upstream step, as tools/call runs it
-            await compiled.call(executor, built, upstream)
+            await compiled.call(executor, built, upstream, egress=None)
 
     structured = caught.value.to_structured()
     assert (structured["error_code"], structured["recoverable"]) == ("upstream_unavailable", True)

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from tests.support.api import Client, auth
+from tests.support.api import Client, auth, grant_egress
 from tests.support.gateway import run_gateway, serve_upstream
 from tests.support.mcp import bearer
 from tests.support.paths import OPENAPI_FIXTURES as FIXTURES
@@ -77,6 +77,7 @@ async def import_and_publish(client: Client, admin: str, port: int) -> str:
     """Import the petstore, publish the sample and an agent with it; the agent's key."""
     h = auth(admin)
     assert (await client.post("/api/v1/workspaces", json={"slug": "default"}, headers=h)).is_success
+    await grant_egress(client, admin, "default", f"127.0.0.1:{port}")
     document = json.loads((FIXTURES / "petstore-3.0.json").read_text())
     report = (
         await client.post(

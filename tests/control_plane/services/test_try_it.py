@@ -1,8 +1,8 @@
 """``POST /api/v1/workspaces/{ws}/operations/{name}/try``: a draft against its upstream.
 
 The upstream is an HTTP server on 127.0.0.1 (a thread of its own), allowlisted through the
-control plane's own settings (``CRANK_UPSTREAM_ALLOWLIST``), so the app's
-executor and SSRF guard are the ones a deployment builds. The guard tests swap
+control plane's own settings (``CRANK_UPSTREAM_ALLOWLIST``) and granted to the
+workspace, so the app's executor and SSRF guard are the ones a deployment builds. The guard tests swap
 in an executor with the same policy whose socket factory records every
 address it is asked for and opens sockets to 127.0.0.1 only: no packet leaves
 this machine even if the guard were wrong.
@@ -11,9 +11,8 @@ this machine even if the guard were wrong.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import AsyncIterator, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -27,31 +26,21 @@ from control_plane.services.try_it import MAX_BODY_BYTES
 from control_plane.state import AppState
 from shared.engine.outbound import UpstreamExecutor
 from shared.settings import Settings
-from tests.support.api import Client, auth, make_token
+from tests.support.api import Client, auth, grant_egress, make_token
 from tests.support.db import TEST_SECRET_KEY
 from tests.support.sockets import LoopbackOnly
+from tests.support.threaded_http import ThreadedServer, serve_threaded
 
 TOKEN = "s3cr3t-upstream-token/with+odd=chars"
 BASE = "/api/v1/workspaces/acme"
 
 
-class Upstream(ThreadingHTTPServer):
-    """A loopback API on a thread of its own: the test client runs the app on
-    another event loop and blocks the test's loop while a request is in flight."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.hits: list[str] = []
-
-    @property
-    def port(self) -> int:
-        return int(self.server_address[1])
+# A loopback API on a thread of its own (tests.support.threaded_http).
+Upstream = ThreadedServer
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: Upstream
+    server: ThreadedServer
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -89,15 +78,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def serve() -> Iterator[Upstream]:
-    server = Upstream()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serve_threaded(_Handler) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
 
 
 @pytest.fixture
@@ -158,6 +140,7 @@ async def admin(try_client: Client, admin_token: str, upstream: Upstream) -> str
         f"{BASE}/secrets/UPSTREAM_TOKEN", json={"value": TOKEN}, headers=h
     )
     assert secret.is_success, secret.text
+    await grant_egress(try_client, admin_token, "acme", f"127.0.0.1:{upstream.port}")
     big = operation(upstream.port, "get_big")
     big["request"] = {**big["request"], "url": f"http://127.0.0.1:{upstream.port}/big"}
     big["response"] = {"select": "rows"}
@@ -203,9 +186,16 @@ async def test_get_try_returns_request_upstream_and_selected_result(
         "details": {},
     }
     assert report["select"] == "{q: query.q, first: items[0]}"
-    assert report["audited"] is False
+    assert report["audited"] is True  # a GET can read what an internal host holds
     assert upstream.hits == ["GET /echo?q=hello"]
-    assert audit_rows(database_url) == []  # a GET try-it is not a side effect
+    ((action, name, details),) = audit_rows(database_url)
+    assert (action, name, details["method"], details["outcome"]) == (
+        "operation.try",
+        "get_echo",
+        "GET",
+        "ok",
+    )
+    assert "hello" not in str(details)  # no argument value, so no URL
 
 
 async def test_select_override_replaces_the_drafts_selection_for_this_try_only(
@@ -388,7 +378,8 @@ async def test_post_with_acknowledgement_calls_for_real_and_is_audited(
     assert (action, name) == ("operation.try", "create_echo")
     assert details == {
         "method": "POST",
-        "url": f"http://127.0.0.1:{upstream.port}/echo",
+        "host": "127.0.0.1",
+        "port": upstream.port,
         "revision": 1,
         "status": 201,
         "outcome": "ok",

@@ -27,7 +27,7 @@ from shared.db import connect
 from shared.engine.canonical import arguments_hash
 from shared.engine.masking import MASK
 from shared.keys import display_prefix
-from tests.support.api import Client, auth
+from tests.support.api import Client, auth, grant_egress
 from tests.support.approvals import behind_the_trigger, new_key
 from tests.support.gateway import Gateway, demo_gateway, run_gateway, serve_upstream, wait_until
 from tests.support.mcp import curl_client
@@ -142,6 +142,7 @@ class Sales:
 async def sales(client: Client, admin_token: str, upstream: Upstream) -> Sales:
     h = auth(admin_token)
     await ok(await client.post("/api/v1/workspaces", json={"slug": "default"}, headers=h))
+    await grant_egress(client, admin_token, "default", f"127.0.0.1:{upstream.port}")
     await ok(await client.put(f"{BASE}/secrets/SALES_TOKEN", json={"value": SECRET}, headers=h))
     await publish_operation(client, admin_token, refund_spec(upstream.port))
     agent_key = await publish_agent(client, admin_token, "sales", ["create_refund"])

@@ -30,7 +30,7 @@ from aiohttp import web
 
 from shared.crypto import b64url_encode
 from shared.db import connect
-from tests.support.api import Client, auth
+from tests.support.api import Client, auth, grant_egress
 from tests.support.approvals import behind_the_trigger, new_key, status_is
 from tests.support.gateway import Gateway, run_gateway, serve_upstream, wait_until
 from tests.support.mcp import bearer
@@ -136,6 +136,7 @@ async def keys(client: Client, admin_token: str, ledger: Ledger) -> Keys:
     )
     await publish_operation(client, admin_token, delete_spec(ledger.port))
     operations = ["record_payment", "record_payment_now", "delete_payment"]
+    await grant_egress(client, admin_token, "default", f"127.0.0.1:{ledger.port}")
     return Keys(
         agent=await publish_agent(client, admin_token, "sales", operations),
         approval=await new_key(client, admin_token, "sales", "approval"),

@@ -36,7 +36,7 @@ from shared.engine.canonical import arguments_hash
 from shared.engine.errors import suggested_action
 from shared.engine.request_builder import CONFIRMATION_ARGUMENT, CONFIRMATION_TOKEN_PATTERN
 from shared.migrate import migrate
-from tests.support.api import auth, make_token
+from tests.support.api import auth, grant_egress, make_token
 from tests.support.db import TEST_SECRET_KEY, database_url_for, reset_database
 from tests.support.gateway import Gateway, demo_gateway, run_gateway, wait_until
 from tests.support.mcp import META, modern
@@ -162,6 +162,7 @@ async def world(
         await ok(
             await client.post("/api/v1/workspaces", json={"slug": "default"}, headers=auth(admin))
         )
+        await grant_egress(client, admin, "default", f"127.0.0.1:{upstream.port}")
         for spec in specs:
             await publish_operation(client, admin, spec)
         key = await publish_agent(client, admin, "ops", [s["name"] for s in specs])

@@ -25,7 +25,7 @@ from aiohttp import web
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from tests.support.api import auth, make_token
+from tests.support.api import auth, grant_egress, make_token
 from tests.support.db import emptied_run_database
 from tests.support.gateway import Gateway, run_gateway, serve_upstream
 from tests.support.processes import largest_descendant
@@ -122,6 +122,7 @@ async def world(
             for spec in specs:
                 await publish_operation(client, admin, spec)
             key = await publish_agent(client, admin, "hostile", [s["name"] for s in specs])
+            await grant_egress(client, admin, "default", f"127.0.0.1:{port}")
         env = {"CRANK_UPSTREAM_ALLOWLIST": f"127.0.0.1:{port}", "CRANK_RATE_LIMIT": "off"}
         async with (
             run_gateway(url, tmp_path_factory.mktemp("hostile"), extra_env=env) as gateway,

@@ -28,7 +28,7 @@ from litestar.testing import AsyncTestClient
 
 from mcp_gateway.pipeline.idempotency import IN_FLIGHT_RETRY_S, LOCK_MARGIN_S, REPLAYED_META
 from shared.db import connect
-from tests.support.api import auth, make_token
+from tests.support.api import auth, grant_egress, make_token
 from tests.support.db import database_url_for, reset_database
 from tests.support.gateway import Gateway, run_gateway, wait_until
 from tests.support.processes import free_port
@@ -200,6 +200,9 @@ async def world(
     async with AsyncTestClient(app=app) as client:
         await ok(
             await client.post("/api/v1/workspaces", json={"slug": "default"}, headers=auth(admin))
+        )
+        await grant_egress(
+            client, admin, "default", f"127.0.0.1:{upstream.port}", f"127.0.0.1:{closed}"
         )
         for spec in specs:
             await publish_operation(client, admin, spec)

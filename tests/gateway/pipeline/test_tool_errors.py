@@ -44,7 +44,7 @@ from mcp import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
 
 from shared.engine.errors import ERROR_CODES
-from tests.support.api import auth, make_token
+from tests.support.api import auth, grant_egress, make_token
 from tests.support.db import database_url_for, reset_database
 from tests.support.gateway import Gateway, run_gateway
 from tests.support.processes import free_port
@@ -367,6 +367,8 @@ async def world(
         await ok(
             await client.post("/api/v1/workspaces", json={"slug": "default"}, headers=auth(admin))
         )
+        allowlisted = (ports.upstream, ports.raw, ports.closed)
+        await grant_egress(client, admin, "default", *(f"127.0.0.1:{p}" for p in allowlisted))
         for name, value in (("gone_token", "s3cr3t-gone"), ("crlf_token", "abc\r\nX-Evil: 1")):
             await ok(
                 await client.put(

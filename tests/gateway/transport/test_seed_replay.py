@@ -26,7 +26,7 @@ from aiohttp import web
 
 from control_plane.demo import load_demo_file
 from shared.engine.spec import spec_to_builtins
-from tests.support.api import Client, auth
+from tests.support.api import Client, auth, grant_egress
 from tests.support.gateway import SEED_URL_PATH, run_gateway, serve_upstream
 from tests.support.mcp import curl_client
 from tests.support.processes import free_port
@@ -83,6 +83,7 @@ async def seed_demo_rates(client: Client, admin: str, upstream_port: int) -> str
     spec["request"]["url"] = f"http://127.0.0.1:{upstream_port}/v1/latest"
 
     await ok(await client.post("/api/v1/workspaces", json={"slug": "default"}, headers=auth(admin)))
+    await grant_egress(client, admin, "default", f"127.0.0.1:{upstream_port}")
     await publish_operation(client, admin, spec)
     created = await ok(
         await client.post(f"{BASE}/agents", json=spec_to_builtins(agent), headers=auth(admin))

@@ -79,7 +79,7 @@ async def received(
     """What the upstream saw, read from the raw response (the result itself is masked)."""
     built = operation.build(arguments, SECRETS)
     upstream = UpstreamCall()
-    selected = await operation.call(executor, built, upstream)
+    selected = await operation.call(executor, built, upstream, egress=None)
     assert upstream.response is not None
     shown = msgspec.json.encode([selected.value, built.redacted(), repr(built)]).decode()
     assert leaks(shown, HIDDEN) == []
@@ -163,7 +163,7 @@ async def test_an_upstream_error_echoing_the_request_leaks_nothing(
     operation = compiled(port, "/fail", auth)
     built = operation.build({}, SECRETS)
     with pytest.raises(ToolError) as raised:
-        await operation.call(executor, built, UpstreamCall())
+        await operation.call(executor, built, UpstreamCall(), egress=None)
     error = raised.value
     assert error.error_code == "upstream_error"
     shown = msgspec.json.encode([error.to_structured(), error.details, str(error)]).decode()
@@ -176,7 +176,7 @@ async def test_an_upstream_that_does_not_answer_leaks_nothing_of_the_url(
 ) -> None:
     operation = compiled(free_port(), "/ok", QUERY)  # nothing listens there
     with pytest.raises(ToolError) as raised:
-        await operation.call(executor, operation.build({}, SECRETS), UpstreamCall())
+        await operation.call(executor, operation.build({}, SECRETS), UpstreamCall(), egress=None)
     shown = msgspec.json.encode([raised.value.to_structured(), raised.value.details]).decode()
     assert leaks(shown, HIDDEN) == []
 

@@ -17,7 +17,7 @@ from email.utils import formatdate
 
 import pytest
 from aiohttp import web
-from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.abc import AbstractResolver
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
@@ -34,6 +34,7 @@ from shared.engine.outbound import (
     parse_retry_after,
 )
 from shared.engine.ssrf import AddressPolicy, parse_allowlist
+from tests.support.sockets import StubResolver
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 FAST = ExecutorConfig(backoff_base_s=0.01, backoff_cap_s=0.02)
@@ -52,33 +53,6 @@ class SocketNet:
         if not ipaddress.ip_address(host).is_loopback:
             raise ConnectionRefusedError(f"test net: refused {host}")
         return socket.socket(family, type_, proto)  # type: ignore[arg-type]
-
-
-class StubResolver(AbstractResolver):
-    def __init__(self, table: dict[str, list[str]]) -> None:
-        self.table = table
-        self.asked: list[str] = []
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        self.asked.append(host)
-        if host not in self.table:
-            raise OSError(f"stub: unknown host {host}")
-        return [
-            ResolveResult(
-                hostname=host,
-                host=ip,
-                port=port,
-                family=socket.AF_INET6 if ":" in ip else socket.AF_INET,
-                proto=0,
-                flags=socket.AI_NUMERICHOST,
-            )
-            for ip in self.table[host]
-        ]
-
-    async def close(self) -> None:
-        pass
 
 
 def text_handler(text: str) -> Handler:

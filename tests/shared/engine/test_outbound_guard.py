@@ -11,12 +11,11 @@ refused it). Only tests that need a real answer talk to a server on
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
-from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.abc import AbstractResolver
 from aiohttp.test_utils import TestServer
 
 from shared.engine.outbound import (
@@ -27,44 +26,10 @@ from shared.engine.outbound import (
     UpstreamUnavailable,
 )
 from shared.engine.ssrf import AddressPolicy, parse_allowlist
-from tests.support.sockets import LoopbackOnly, NoSockets
+from tests.support.sockets import LoopbackOnly, NoSockets, StubResolver
 
 FAST = ExecutorConfig(backoff_base_s=0.01, backoff_cap_s=0.02)
 PORT = 18443  # never listened on: nothing here connects to it
-
-
-class Resolver(AbstractResolver):
-    """Answers from a table; ``numeric`` also answers what getaddrinfo makes of
-    legacy numeric hosts (``0x7f000001``), computed locally by inet_aton."""
-
-    def __init__(self, table: dict[str, list[str]] | None = None, *, numeric: bool = False) -> None:
-        self.table = table or {}
-        self.numeric = numeric
-        self.asked: list[str] = []
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        self.asked.append(host)
-        addresses = self.table.get(host)
-        if addresses is None and self.numeric:
-            addresses = [socket.inet_ntoa(socket.inet_aton(host))]  # OSError if not numeric
-        if addresses is None:
-            raise OSError(f"stub: unknown host {host}")
-        return [
-            ResolveResult(
-                hostname=host,
-                host=ip,
-                port=port,
-                family=socket.AF_INET6 if ":" in ip else socket.AF_INET,
-                proto=0,
-                flags=socket.AI_NUMERICHOST,
-            )
-            for ip in addresses
-        ]
-
-    async def close(self) -> None:
-        pass
 
 
 def executor(
@@ -122,7 +87,7 @@ METADATA = [
 async def test_a_name_resolving_to_a_non_public_address_is_refused_before_any_socket(
     address: str,
 ) -> None:
-    resolver, net = Resolver({"rebind.test": [address]}), NoSockets()
+    resolver, net = StubResolver({"rebind.test": [address]}), NoSockets()
     async with executor(resolver, net, allowlist=("127.0.0.1:1", "other.test:18443")) as ex:
         with pytest.raises(UpstreamBlocked):
             await ex.execute(get(f"http://rebind.test:{PORT}/"))
@@ -133,7 +98,7 @@ async def test_a_name_resolving_to_a_non_public_address_is_refused_before_any_so
 async def test_metadata_answers_stay_refused_with_the_flag_and_an_allowlist_entry(
     address: str,
 ) -> None:
-    resolver, net = Resolver({"metadata.test": [address]}), NoSockets()
+    resolver, net = StubResolver({"metadata.test": [address]}), NoSockets()
     allowlist = (f"metadata.test:{PORT}", f"[{address}]:{PORT}" if ":" in address else address)
     async with executor(resolver, net, allow_private=True, allowlist=allowlist) as ex:
         with pytest.raises(UpstreamBlocked):
@@ -158,7 +123,7 @@ async def test_metadata_answers_stay_refused_with_the_flag_and_an_allowlist_entr
     ],
 )
 async def test_a_non_public_ip_literal_is_refused_without_asking_the_resolver(url: str) -> None:
-    resolver, net = Resolver(), NoSockets()
+    resolver, net = StubResolver(), NoSockets()
     async with executor(resolver, net, allowlist=("127.0.0.1:1",)) as ex:
         with pytest.raises(UpstreamBlocked):
             await ex.execute(get(url))
@@ -178,7 +143,7 @@ async def test_a_non_public_ip_literal_is_refused_without_asking_the_resolver(ur
 )
 async def test_a_metadata_ip_literal_is_refused_with_private_upstreams_allowed(url: str) -> None:
     net = NoSockets()
-    async with executor(Resolver(), net, allow_private=True) as ex:
+    async with executor(StubResolver(), net, allow_private=True) as ex:
         with pytest.raises(UpstreamBlocked):
             await ex.execute(get(url))
     assert net.addresses == []
@@ -188,7 +153,7 @@ async def test_a_metadata_ip_literal_is_refused_with_private_upstreams_allowed(u
 async def test_a_legacy_numeric_ipv4_host_is_blocked_even_with_private_allowed(host: str) -> None:
     # socket libraries read these as 127.0.0.1; aiohttp refuses them as invalid
     # URLs, which used to surface as upstream_response_invalid.
-    resolver, net = Resolver(), NoSockets()
+    resolver, net = StubResolver(), NoSockets()
     async with executor(resolver, net, allow_private=True) as ex:
         with pytest.raises(UpstreamBlocked):
             await ex.execute(get(f"http://{host}:{PORT}/"))
@@ -197,7 +162,7 @@ async def test_a_legacy_numeric_ipv4_host_is_blocked_even_with_private_allowed(h
 
 @pytest.mark.parametrize("host", ["0x7f000001", "0x7f.1", "0x7f.0.0.1"])
 async def test_a_hex_host_is_judged_by_the_address_it_resolves_to(host: str) -> None:
-    resolver, net = Resolver(numeric=True), NoSockets()
+    resolver, net = StubResolver(numeric=True), NoSockets()
     async with executor(resolver, net, allowlist=("127.0.0.1:1",)) as ex:
         with pytest.raises(UpstreamBlocked):
             await ex.execute(get(f"http://{host}:{PORT}/"))
@@ -205,7 +170,7 @@ async def test_a_hex_host_is_judged_by_the_address_it_resolves_to(host: str) -> 
 
 
 async def test_public_answers_pass_the_guard_and_reach_the_socket_factory() -> None:
-    resolver = Resolver({"public.test": ["93.184.216.34", "2606:4700:4700::1111"]})
+    resolver = StubResolver({"public.test": ["93.184.216.34", "2606:4700:4700::1111"]})
     net = NoSockets()
     async with executor(resolver, net) as ex:
         with pytest.raises(UpstreamUnavailable):
@@ -218,7 +183,7 @@ async def test_public_answers_pass_the_guard_and_reach_the_socket_factory() -> N
 
 
 async def test_only_the_public_answers_of_a_mixed_name_reach_the_socket_factory() -> None:
-    resolver = Resolver({"mixed.test": ["169.254.169.254", "10.0.0.5", "93.184.216.34"]})
+    resolver = StubResolver({"mixed.test": ["169.254.169.254", "10.0.0.5", "93.184.216.34"]})
     net = NoSockets()
     async with executor(resolver, net) as ex:
         with pytest.raises(UpstreamUnavailable):
@@ -227,7 +192,7 @@ async def test_only_the_public_answers_of_a_mixed_name_reach_the_socket_factory(
 
 
 async def test_a_host_name_allowlist_entry_allows_only_that_name_and_port() -> None:
-    resolver = Resolver({"api.internal": ["10.0.0.5"], "other.internal": ["10.0.0.5"]})
+    resolver = StubResolver({"api.internal": ["10.0.0.5"], "other.internal": ["10.0.0.5"]})
     net = NoSockets()
     async with executor(resolver, net, allowlist=(f"api.internal:{PORT}",)) as ex:
         with pytest.raises(UpstreamUnavailable):  # allowed; the stub makes no socket
@@ -240,7 +205,7 @@ async def test_a_host_name_allowlist_entry_allows_only_that_name_and_port() -> N
 
 
 async def test_an_offline_resolver_is_upstream_unavailable_and_dials_nothing() -> None:
-    resolver, net = Resolver(), NoSockets()  # every name unknown, as without a network
+    resolver, net = StubResolver(), NoSockets()  # every name unknown, as without a network
     async with executor(resolver, net) as ex:
         with pytest.raises(UpstreamUnavailable) as caught:
             await ex.execute(get("http://api.example.test/v1/latest", retries=2))
@@ -278,26 +243,26 @@ async def server() -> AsyncIterator[TestServer]:
 
 async def test_a_redirect_to_a_legacy_numeric_host_is_blocked(server: TestServer) -> None:
     net = LoopbackOnly()
-    async with executor(Resolver(), net, allow_private=True) as ex:
+    async with executor(StubResolver(), net, allow_private=True) as ex:
         with pytest.raises(UpstreamBlocked):
             await ex.execute(get(str(server.make_url("/numeric-redirect"))))
     assert net.addresses == ["127.0.0.1"]  # the first hop only
 
 
 async def test_a_500_on_a_get_is_retried(server: TestServer) -> None:
-    async with executor(Resolver(), LoopbackOnly(), allow_private=True) as ex:
+    async with executor(StubResolver(), LoopbackOnly(), allow_private=True) as ex:
         response = await ex.execute(get(str(server.make_url("/flaky-500")), retries=1))
     assert (response.status, response.attempts) == (200, 2)
 
 
 async def test_a_501_is_not_retried(server: TestServer) -> None:
-    async with executor(Resolver(), LoopbackOnly(), allow_private=True) as ex:
+    async with executor(StubResolver(), LoopbackOnly(), allow_private=True) as ex:
         response = await ex.execute(get(str(server.make_url("/flaky-501")), retries=2))
     assert (response.status, response.attempts) == (501, 1)
 
 
 async def test_a_500_on_a_post_without_idempotency_key_is_not_retried(server: TestServer) -> None:
-    async with executor(Resolver(), LoopbackOnly(), allow_private=True) as ex:
+    async with executor(StubResolver(), LoopbackOnly(), allow_private=True) as ex:
         response = await ex.execute(
             UpstreamRequest(method="POST", url=str(server.make_url("/flaky-500")), retries=2)
         )

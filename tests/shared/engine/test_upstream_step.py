@@ -59,7 +59,9 @@ async def test_a_success_is_selected_masked_and_measured(
 ) -> None:
     operation = compiled(port, "/echo")
     upstream = UpstreamCall()
-    selected = await operation.call(executor, operation.build({}, {"T": TOKEN}), upstream)
+    selected = await operation.call(
+        executor, operation.build({}, {"T": TOKEN}), upstream, egress=None
+    )
     assert selected.value == {"got": MASK}
     assert (upstream.status, upstream.attempts) == (200, 1)
     assert upstream.response is not None
@@ -72,7 +74,7 @@ async def test_an_error_status_is_a_tool_error_with_the_measurements_in_its_deta
     operation = compiled(port, "/refuse")
     upstream = UpstreamCall()
     with pytest.raises(ToolError) as raised:
-        await operation.call(executor, operation.build({}, {"T": TOKEN}), upstream)
+        await operation.call(executor, operation.build({}, {"T": TOKEN}), upstream, egress=None)
     assert raised.value.error_code == "upstream_auth_failed"
     assert not isinstance(raised.value, UpstreamFailure)  # the upstream answered
     assert raised.value.details == {
@@ -89,7 +91,7 @@ async def test_no_answer_is_an_upstream_failure_that_says_nothing_was_sent(
     operation = compiled(free_port(), "/echo")  # nothing listens there
     upstream = UpstreamCall()
     with pytest.raises(UpstreamFailure) as raised:
-        await operation.call(executor, operation.build({}, {"T": TOKEN}), upstream)
+        await operation.call(executor, operation.build({}, {"T": TOKEN}), upstream, egress=None)
     assert raised.value.error_code == "upstream_unavailable"
     assert raised.value.delivery == "not_sent"
     assert raised.value.details["attempts"] == upstream.attempts == 1
