@@ -48,6 +48,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Safety flows (docs/architecture.md, "Gate order").
     approval_ttl_s: int = 86400  # a pending approval expires after this
     approval_max_attempts: int = 3  # claims of one approved row before it fails
+    # A finished approval's outcome goes to a repeat of its call for this long.
+    approval_outcome_retention_s: int = 86400
     approval_workers: int = 8  # approved calls one gateway process runs at once
     approval_shutdown_grace_s: int = 10  # on SIGTERM, running approved calls may finish this long
     confirmation_ttl_s: int = 300  # a DELETE confirmation token is valid this long
@@ -158,7 +160,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise SettingsError("CRANK_MCP_MAX_BATCH_ANSWER_BYTES must be between 65536 and 1073741824")
     if not 100 <= settings.call_log_flush_ms <= 60_000:
         raise SettingsError("CRANK_CALL_LOG_FLUSH_MS must be between 100 and 60000")
-    for name in ("approval_ttl_s", "confirmation_ttl_s", "idempotency_retention_s"):
+    for name in (
+        "approval_ttl_s",
+        "approval_outcome_retention_s",
+        "confirmation_ttl_s",
+        "idempotency_retention_s",
+    ):
         if not 1 <= getattr(settings, name) <= 31_536_000:
             raise SettingsError(f"CRANK_{name.upper()} must be between 1 and 31536000")
     if not 1 <= settings.approval_max_attempts <= 100:

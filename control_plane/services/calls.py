@@ -23,7 +23,11 @@ from shared.engine.spec_validation import SLUG, TOOL_NAME, FieldError
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 500
-OUTCOMES = frozenset({"ok", "approval_required", *ERROR_CODES})
+# approval_completed and approval_failed: a repeat call got a finished approval's outcome
+# (docs/architecture.md, "Approval outcomes"); a denied or expired one is logged by its code.
+OUTCOMES = frozenset(
+    {"ok", "approval_required", "approval_completed", "approval_failed", *ERROR_CODES}
+)
 
 
 class CallEntry(msgspec.Struct, kw_only=True):
@@ -34,12 +38,14 @@ class CallEntry(msgspec.Struct, kw_only=True):
     request_id: str
     tool: str
     tool_version: int | None
-    outcome: str  # "ok", "approval_required" or an error code
+    outcome: (
+        str  # "ok", "approval_required", "approval_completed", "approval_failed" or an error code
+    )
     upstream_status: int | None
     attempts: int
     duration_ms: float
     upstream_ms: float | None
-    approval_id: str | None  # the approval this call created (approval_required) or ran
+    approval_id: str | None  # the approval this call created, ran or got the outcome of
 
 
 class CallPage(msgspec.Struct, kw_only=True):
@@ -66,7 +72,11 @@ def _check(filters: CallFilters, limit: int) -> None:
     if filters.tool is not None and not TOOL_NAME.fullmatch(filters.tool):
         problems.append(FieldError("tool", "not a tool name"))
     if filters.outcome is not None and filters.outcome not in OUTCOMES:
-        problems.append(FieldError("outcome", "must be ok, approval_required or an error code"))
+        problems.append(
+            FieldError(
+                "outcome", "must be ok, an approval_ outcome of the call log or an error code"
+            )
+        )
     if problems:
         raise ValidationFailed(problems)
 

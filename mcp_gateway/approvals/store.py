@@ -13,6 +13,12 @@ Every statement the approval-key endpoints run names the agent whose key
 is used, so one agent's key can neither read nor change (expire included)
 another agent's rows; ids and cursors are checked for shape before any query.
 
+A finished row's outcome is handed to the first repeat of its call
+(``claim_outcome``; docs/architecture.md, "Approval outcomes"): the latest row
+of the call, if finished, not yet delivered and finished less than
+``CRANK_APPROVAL_OUTCOME_RETENTION_S`` ago, gets ``delivered_at`` in one
+statement, so of two concurrent repeats on any replicas exactly one gets it.
+
 A pending row past ``expires_at`` is expired by whoever meets it first: the
 sweep (``expire_overdue``), a list or read (``expire_overdue_for_agent``), a
 decision, or a repeat tools/call of the same arguments.
@@ -39,6 +45,10 @@ STATUSES: frozenset[str] = frozenset(
     ("pending", "approved", "denied", "expired", "executing", "completed", "failed")
 )
 _ACTIVE = "('pending', 'approved', 'executing')"  # the index predicate, verbatim
+FINISHED = "('denied', 'expired', 'completed', 'failed')"
+# When a finished row finished: completed_at (completed, failed), decided_at (denied),
+# expires_at (expired); the expression of the index approvals_finished.
+FINISHED_AT = "coalesce(completed_at, decided_at, expires_at)"
 DEFAULT_PAGE = 50
 MAX_PAGE = 200
 SWEEP_BATCH = 1000
@@ -163,6 +173,36 @@ async def find_active(conn: Connection, new: NewApproval) -> tuple[str, bool] | 
     )
     row = await cur.fetchone()
     return None if row is None else (str(row["id"]), bool(row["overdue"]))
+
+
+class FinishedApproval(msgspec.Struct, frozen=True, kw_only=True):
+    """A finished approval whose outcome this call now delivers."""
+
+    id: str
+    status: str  # denied, expired, completed or failed
+    note: str | None  # the approver's
+    response_payload: Any | None  # completed: the selected result; failed: the error
+
+
+async def claim_outcome(
+    conn: Connection, new: NewApproval, retention_s: int
+) -> FinishedApproval | None:
+    """The outcome of the call's latest approval, marked delivered in the same statement;
+    None when that row is active, delivered already, too old, or there is none.
+
+    Two concurrent claims pick the same row; the second waits for the first's row
+    lock, then finds ``delivered_at`` set and changes nothing."""
+    cur = await conn.execute(
+        f"""UPDATE approvals SET delivered_at = now()
+             WHERE id = (SELECT id FROM approvals WHERE {_IDENTITY}
+                          ORDER BY created_at DESC, id DESC LIMIT 1)
+               AND status IN {FINISHED} AND delivered_at IS NULL
+               AND {FINISHED_AT} > now() - make_interval(secs => %s)
+            RETURNING id, status, note, response_payload""",
+        (new.agent_id, new.operation_id, new.version, new.arguments_hash, retention_s),
+    )
+    row = await cur.fetchone()
+    return None if row is None else FinishedApproval(**row)
 
 
 async def expire(conn: Connection, agent_id: int, approval_id: str) -> None:

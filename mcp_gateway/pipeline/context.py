@@ -32,5 +32,6 @@ class ToolCallContext(msgspec.Struct, frozen=True, kw_only=True):
     confirmations: ConfirmationSigner
     approval_ttl_s: int  # CRANK_APPROVAL_TTL_S
     approval_max_attempts: int  # CRANK_APPROVAL_MAX_ATTEMPTS
+    approval_outcome_retention_s: int  # CRANK_APPROVAL_OUTCOME_RETENTION_S
     public_path_prefix: str  # CRANK_PUBLIC_PATH_PREFIX, for the approval URLs
     idempotency_retention_s: int  # CRANK_IDEMPOTENCY_RETENTION_S

@@ -56,11 +56,10 @@ from psycopg.types.json import Jsonb
 
 from mcp_gateway.catalog.snapshot import Tool
 from mcp_gateway.pipeline.context import ToolCallContext
-from mcp_gateway.pipeline.results import tool_result
+from mcp_gateway.pipeline.results import success_result
 from shared.db import without_nul
 from shared.engine.canonical import arguments_hash
 from shared.engine.errors import ToolError
-from shared.engine.response_selector import structured_content
 from shared.engine.upstream import UpstreamFailure
 
 log = structlog.get_logger(__name__)
@@ -204,9 +203,7 @@ def _answer_existing(
                 details={"replayed": True},
             )
         meta = {**(stored.get("meta") or {}), REPLAYED_META: True}
-        return tool_result(
-            structured_content(stored["value"], wrap_arrays=wrap_arrays), is_error=False, meta=meta
-        )
+        return success_result(stored["value"], wrap_arrays=wrap_arrays, meta=meta)
     remaining = math.ceil(row.get("locked_for_s") or 1)
     if row["status"] == "in_progress":
         remaining = min(remaining, IN_FLIGHT_RETRY_S)
@@ -248,9 +245,7 @@ async def run(
     # Anything else (a bug, a cancelled call) leaves the row in_progress until its lock expires.
     value, meta = result["structuredContent"], result.get("_meta")
     await record.finish(_COMPLETE, result=Jsonb(without_nul({"value": value, "meta": meta})))
-    return tool_result(
-        structured_content(value, wrap_arrays=wrap_arrays), is_error=False, meta=meta
-    )
+    return success_result(value, wrap_arrays=wrap_arrays, meta=meta)
 
 
 def _stored_error(exc: ToolError) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from mcp_gateway.transport.jsonrpc import encode
 from shared.engine.request_builder import CONFIRMATION_ARGUMENT, CONFIRMATION_TOKEN_PATTERN
+from shared.engine.response_selector import structured_content
 from shared.engine.spec import OperationSpec
 
 _CONFIRMATION_PROPERTY = {
@@ -96,3 +97,12 @@ def tool_result(structured: Any, *, is_error: bool, meta: dict[str, Any] | None)
     if meta:
         value["_meta"] = meta
     return value
+
+
+def success_result(
+    selected: Any, *, wrap_arrays: bool, meta: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The success result of a selected value: arrays wrapped for the 2025 revisions."""
+    return tool_result(
+        structured_content(selected, wrap_arrays=wrap_arrays), is_error=False, meta=meta
+    )

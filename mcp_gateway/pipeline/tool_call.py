@@ -7,7 +7,8 @@ shared.engine.errors (docs/architecture.md, "Error codes").
 Gates run in this order (docs/architecture.md, "Gate order"): validate →
 confirmation (DELETE, or ``safety.confirmation: true``;
 mcp_gateway.pipeline.confirmation) → approval (the call becomes a pending approval row
-and answers ``approval_required``; mcp_gateway.approvals.requests) → the
+and answers ``approval_required``, or a repeat gets a finished approval's outcome
+once; mcp_gateway.approvals.requests) → the
 upstream step (``CompiledOperation.call``), where an operation with
 ``execution_config.idempotency`` goes through the idempotency memory
 (mcp_gateway.pipeline.idempotency). The gates and the step take a ``ToolCallContext``
@@ -27,19 +28,19 @@ from typing import Any
 
 import structlog
 
+from mcp_gateway.approvals.outcomes import delivered
 from mcp_gateway.approvals.requests import request_approval
 from mcp_gateway.catalog.snapshot import Tool
 from mcp_gateway.pipeline import confirmation
 from mcp_gateway.pipeline import idempotency as idempotency_memory
 from mcp_gateway.pipeline.accounting import account_call
 from mcp_gateway.pipeline.context import ToolCallContext
-from mcp_gateway.pipeline.results import tool_result
+from mcp_gateway.pipeline.results import success_result, tool_result
 from mcp_gateway.transport.exchange import Exchange
 from mcp_gateway.transport.jsonrpc import INVALID_PARAMS, Message, encode, error, result
 from shared.engine.compiler import confirmation_token
 from shared.engine.errors import ToolError
 from shared.engine.request_builder import BuiltRequest
-from shared.engine.response_selector import structured_content
 from shared.engine.upstream import UpstreamCall, UpstreamFailure
 
 log = structlog.get_logger(__name__)
@@ -56,9 +57,7 @@ async def _execute(
         await confirmation.check(ctx, tool, cleaned, confirmation_token(arguments))
     built = compiled.build(cleaned, ctx.agent.secrets)
     if tool.spec.safety.approval:
-        return tool_result(
-            await request_approval(ctx, tool, cleaned, built), is_error=False, meta=None
-        )
+        return await request_approval(ctx, tool, cleaned, built, wrap_arrays=wrap_arrays)
     idempotency = tool.spec.execution_config.idempotency
     if idempotency is not None:
         return await idempotency_memory.run(
@@ -91,8 +90,7 @@ async def _send(
         elapsed_ms=upstream.elapsed_ms,
     )
     meta = {TRUNCATED_META: True} if selected.truncated else None
-    content = structured_content(selected.value, wrap_arrays=wrap_arrays)
-    return tool_result(content, is_error=False, meta=meta)
+    return success_result(selected.value, wrap_arrays=wrap_arrays, meta=meta)
 
 
 def _context(call: Exchange) -> ToolCallContext:
@@ -107,6 +105,7 @@ def _context(call: Exchange) -> ToolCallContext:
         confirmations=state.confirmations,
         approval_ttl_s=settings.approval_ttl_s,
         approval_max_attempts=settings.approval_max_attempts,
+        approval_outcome_retention_s=settings.approval_outcome_retention_s,
         public_path_prefix=settings.public_path_prefix,
         idempotency_retention_s=settings.idempotency_retention_s,
     )
@@ -130,8 +129,10 @@ async def tools_call(call: Exchange, message: Message, *, modern: bool) -> bytes
             ctx, tool, message.params.get("arguments") or {}, upstream, wrap_arrays=not modern
         )
         if tool.spec.safety.approval:  # the gate answered; the worker calls the upstream later
-            outcome = "approval_required"
-            approval_id = value["structuredContent"]["approval_id"]
+            outcome, approval_id = delivered(value) or (
+                "approval_required",
+                value["structuredContent"]["approval_id"],
+            )
     except ToolError as exc:
         exc.request_id = ctx.request_id
         outcome = exc.error_code

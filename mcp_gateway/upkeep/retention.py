@@ -8,7 +8,8 @@ number of batches per round (the next round carries on).
 Retention periods: ``CRANK_CALL_LOG_RETENTION_DAYS`` and
 ``CRANK_AUDIT_LOG_RETENTION_DAYS`` and ``CRANK_APPROVALS_RETENTION_DAYS``
 (0 keeps rows forever; an approval counts from when it finished, and active
-ones are never pruned); a session end is
+ones are never pruned, nor finished ones whose outcome a repeat call may still
+get, see ``CRANK_APPROVAL_OUTCOME_RETENTION_S``); a session end is
 kept until the session would have expired anyway, a used confirmation token
 until the token expires, an idempotency record until its ``expires_at``
 (``CRANK_IDEMPOTENCY_RETENTION_S`` after it was claimed or completed).
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
+from mcp_gateway.approvals.store import FINISHED, FINISHED_AT
 from shared.db import Connection
 from shared.periodic import PeriodicTask
 from shared.settings import Settings
@@ -55,9 +57,11 @@ def rules(settings: Settings) -> list[Rule]:
         ),
         Rule(
             "approvals",
-            "status IN ('denied', 'expired', 'completed', 'failed')"
-            " AND coalesce(completed_at, decided_at, expires_at)"
-            " < now() - make_interval(days => %s)",
+            f"status IN {FINISHED} AND {FINISHED_AT} < now() - make_interval(days => %s)"
+            # An outcome a repeat call may still get stays (docs/architecture.md,
+            # "Approval outcomes"); the period is a validated integer setting.
+            f" AND (delivered_at IS NOT NULL OR {FINISHED_AT}"
+            f" < now() - make_interval(secs => {int(settings.approval_outcome_retention_s)}))",
             settings.approvals_retention_days,
         ),
         Rule("mcp_session_terminations", "expires_at < now()", None),

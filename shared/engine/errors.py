@@ -269,8 +269,8 @@ _TABLE: Mapping[ErrorCode, _Entry] = {
             "ru": "Никто не подтвердил этот вызов вовремя.",
         },
         {
-            "en": "Ask the user whether to request approval again.",
-            "ru": "Спросите пользователя, запрашивать ли подтверждение снова.",
+            "en": "To ask for a new approval, call again with the same arguments.",
+            "ru": "Чтобы запросить подтверждение заново, повторите вызов с теми же аргументами.",
         },
     ),
     "internal_error": _Entry(
@@ -376,6 +376,22 @@ def confirmation_required(token: str, *, language: Language = "en") -> ToolError
         language=language,
         token=token,
         details={"confirmation_token": token},
+    )
+
+
+_APPROVER_NOTE: Mapping[Language, str] = {
+    "en": ' The approver\'s note: "{note}"',
+    "ru": " Комментарий согласующего: «{note}»",
+}
+
+
+def approval_denied(note: str | None, *, language: Language = "en") -> ToolError:
+    """A human denied the call; the approver's note, if any, follows the message."""
+    message = _TABLE["approval_denied"].message[language]
+    if note:
+        message += _APPROVER_NOTE[language].format(note=note)
+    return ToolError(
+        "approval_denied", message, suggested_action=suggested_action("approval_denied", language)
     )
 
 

@@ -126,9 +126,15 @@ class Caller:
         result: dict[str, Any] = message["result"]
         if era == "modern":
             assert result["resultType"] == "complete"
-        # The text copy carries exactly the structured content.
-        assert [c["type"] for c in result["content"]] == ["text"]
-        assert json.loads(result["content"][0]["text"]) == result["structuredContent"]
+        # The text copy carries exactly the structured content; an approval_required
+        # answer adds the plain words that tell the model to call again.
+        structured = result["structuredContent"]
+        waiting = isinstance(structured, dict) and structured.get("status") == "approval_required"
+        assert [c["type"] for c in result["content"]] == ["text"] * (2 if waiting else 1)
+        assert json.loads(result["content"][0]["text"]) == structured
+        if waiting:
+            plain = result["content"][1]["text"]
+            assert "same arguments" in plain or "теми же аргументами" in plain, plain
         return result
 
 

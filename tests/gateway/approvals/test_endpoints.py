@@ -318,12 +318,17 @@ async def test_a_repeat_with_the_same_canonical_arguments_returns_the_active_app
     await wait_until(lambda: status_of(database_url, first, "executing"))
     assert await request_approval(caller) == first
     upstream.hold.set()
-    # ... a finished one does not: the same call asks anew.
+    # ... a finished one does not: the next repeat gets its outcome once
+    # (test_outcome_delivery.py), and the one after that asks anew.
     await wait_until(lambda: status_of(database_url, first, "completed"))
     assert len(upstream.seen) == 1
+    outcome = await caller.call("legacy", "create_refund", ARGS)
+    assert outcome["_meta"]["crank/approval_id"] == first
     completed_again = await request_approval(caller)
     denied = await decide(http, sales.approval_key, other_args, "deny", {"approve": "no"})
     assert denied.status_code == 200, denied.text
+    outcome = await caller.call("legacy", "create_refund", {**ARGS, "amount": 1300})
+    assert outcome["structuredContent"]["error_code"] == "approval_denied"
     denied_again = await request_approval(caller, args={**ARGS, "amount": 1300})
     assert len({first, other_args, other_agent, completed_again, denied_again}) == 5
 
@@ -393,7 +398,9 @@ async def test_pending_approvals_expire_and_a_repeat_call_asks_anew(
     assert approve.json()["code"] == "not_pending"
     assert approve.json()["status"] == "expired"
     assert (await get_record(http, sales.approval_key, late))["decided_at"] is None
-    # The same call again: a new pending approval.
+    # The same call again gets the outcome once (approval_expired), then a new approval.
+    expired = await caller.call("legacy", "create_refund", ARGS)
+    assert expired["structuredContent"]["error_code"] == "approval_expired"
     again = await request_approval(caller)
     assert again != first
     assert (await get_record(http, sales.approval_key, again))["status"] == "pending"
@@ -412,7 +419,11 @@ async def test_a_repeat_call_expires_an_overdue_active_approval_it_meets(
             "UPDATE approvals SET expires_at = now() - interval '1 second' WHERE id = %s",
             (first,),
         )
-    second = await request_approval(caller)  # no read in between: the call itself expires it
+    # No read in between: the call itself expires it, and answers that outcome.
+    expired = await caller.call("legacy", "create_refund", ARGS)
+    assert expired["structuredContent"]["error_code"] == "approval_expired"
+    assert expired["_meta"]["crank/approval_id"] == first
+    second = await request_approval(caller)
     assert second != first
     assert [r["status"] for r in await rows(database_url)] == ["expired", "pending"]
 
