@@ -319,3 +319,58 @@ async def test_finished_approvals_are_pruned_after_their_retention_and_active_on
     kept = await prune_once(pool, Settings(approvals_retention_days=0))
     assert kept is not None
     assert "approvals" not in kept
+
+
+async def test_a_finished_row_is_marked_delivered_once_and_nothing_else_changes_with_it(
+    pool: AsyncConnectionPool[Connection], ids: dict[str, int]
+) -> None:
+    """The one edge migrations/0007 adds: finished → the same status, delivered_at set once."""
+    mark = "UPDATE approvals SET delivered_at = now() WHERE id = %s"
+    async with pool.connection() as conn:
+        for n, status in enumerate(STATUSES):
+            approval_id = await insert_row(conn, ids, status, n=n)
+            cur = await conn.execute(mark, (approval_id,))
+            finished = status in ("denied", "expired", "completed", "failed")
+            assert cur.rowcount == (1 if finished else 0), status
+            again = await conn.execute(
+                mark.replace("now()", "now() + interval '1 s'"), (approval_id,)
+            )
+            assert again.rowcount == 0, status  # once
+        other = await insert_row(conn, ids, "completed", n=50)
+        # Delivered together with any other change: skipped.
+        for change in ("note = 'x'", "response_payload = '{}'", "status = 'failed'"):
+            cur = await conn.execute(
+                f"UPDATE approvals SET delivered_at = now(), {change} WHERE id = %s", (other,)
+            )
+            assert cur.rowcount == 0, change
+        # An ordinary transition cannot set it either.
+        pending = await insert_row(conn, ids, "pending", n=51)
+        cur = await conn.execute(
+            "UPDATE approvals SET status = 'denied', delivered_at = now() WHERE id = %s", (pending,)
+        )
+        assert cur.rowcount == 0
+
+
+async def test_retention_keeps_a_finished_approval_while_its_outcome_may_be_delivered(
+    pool: AsyncConnectionPool[Connection], ids: dict[str, int]
+) -> None:
+    async with pool.connection() as conn:
+        undelivered = await insert_row(conn, ids, "denied", n=1)
+        delivered = await insert_row(conn, ids, "denied", n=2)
+        too_old = await insert_row(conn, ids, "denied", n=3)
+        await behind_the_trigger(
+            conn,
+            """UPDATE approvals SET
+                      decided_at = now() - CASE id WHEN %s THEN interval '4 days'
+                                                   ELSE interval '2 days' END,
+                      delivered_at = CASE id WHEN %s THEN now() END""",
+            (too_old, delivered),
+        )
+    # Finished approvals are kept 1 day, undelivered outcomes deliverable for 3 days.
+    settings = Settings(approvals_retention_days=1, approval_outcome_retention_s=3 * 86400)
+    pruned = await prune_once(pool, settings)
+    assert pruned is not None
+    assert pruned["approvals"] == 2
+    async with pool.connection() as conn:
+        left = await (await conn.execute("SELECT id FROM approvals")).fetchall()
+    assert [r["id"] for r in left] == [undelivered]

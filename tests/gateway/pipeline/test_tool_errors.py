@@ -16,8 +16,8 @@ contain it (never a raw upstream dump).
 
 Error codes of the safety flows are tested where those flows are
 (test_confirmation.py, test_idempotency.py in this folder), and
-``approval_denied``/``approval_expired`` are reserved for the planned SSE
-wait: ``ELSEWHERE``.
+``approval_denied``/``approval_expired`` where a repeat call gets an approval's
+outcome (tests/gateway/approvals/test_outcome_delivery.py): ``ELSEWHERE``.
 """
 
 from __future__ import annotations
