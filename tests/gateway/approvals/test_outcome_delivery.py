@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
+from mcp import Client as McpClient
+from mcp.client.streamable_http import streamable_http_client
 
 from shared.db import connect
 from shared.engine.errors import suggested_action
@@ -314,3 +317,40 @@ async def test_an_outcome_older_than_the_retention_is_not_delivered_and_russian_
             )
             delivered = {r["id"]: r["delivered"] for r in await cur.fetchall()}
         assert delivered == {old: False, fresh: True}
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_the_official_sdk_gets_the_outcome_on_a_repeat_call(
+    mode: str, replicas: tuple[Replica, Replica], shopfront: Shopfront
+) -> None:
+    """The Python SDK in its newest era (auto) and in the 2025 one: asked on A, delivered on B."""
+    a, b = replicas
+
+    async def call_tool(replica: Replica) -> Any:
+        headers = {"Authorization": f"Bearer {shopfront.agent_key}"}
+        async with httpx2.AsyncClient(headers=headers) as http:
+            transport = streamable_http_client(replica.gateway.url + MCP, http_client=http)
+            async with McpClient(transport, mode=mode) as mcp:
+                return await mcp.call_tool(GATED, arguments(f"sdk-{mode}"))
+
+    asked = await call_tool(a)
+    assert asked.is_error is False
+    approval_id = asked.structured_content["approval_id"]
+    words = [block.text for block in asked.content if block.type == "text"]
+    assert json.loads(words[0]) == asked.structured_content
+    assert "call this tool again with the same arguments" in words[1].lower()
+    await decide(a.http, shopfront.approval_key, approval_id, "approve")
+    await finished(a.http, shopfront.approval_key, approval_id, "completed")
+
+    delivered = await call_tool(b)
+    assert delivered.is_error is False
+    # auto speaks 2026-07-28 (no wrapping); the 2025 era wraps the array.
+    wrapped = {"items": LINES["lines"]}
+    assert delivered.structured_content == (LINES["lines"] if mode == "auto" else wrapped)
+    assert delivered.meta == {
+        "crank/approval_id": approval_id,
+        "crank/approval_status": "completed",
+    }
+    again = await call_tool(b)
+    assert again.structured_content["status"] == "approval_required"
+    assert again.structured_content["approval_id"] != approval_id
