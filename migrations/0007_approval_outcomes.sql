@@ -4,6 +4,9 @@
 -- one statement (``delivered_at IS NULL`` in its WHERE), so one call on one replica
 -- gets each outcome.
 ALTER TABLE approvals ADD COLUMN delivered_at timestamptz;
+-- completed: the worker cut the result to fit the operation's limits; the delivery
+-- marks it as a direct call does (_meta crank/truncated).
+ALTER TABLE approvals ADD COLUMN result_truncated boolean NOT NULL DEFAULT false;
 
 -- The repeat call's look-up: the latest approval of one (agent, operation, version,
 -- arguments hash), newest first.

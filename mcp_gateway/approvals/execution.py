@@ -127,6 +127,7 @@ class Outcome:
 
     status: leases.Finished
     payload: Any
+    truncated: bool = False  # completed: the selection was cut to fit
 
 
 class Deferred(Exception):
@@ -233,7 +234,7 @@ class Performer:
             response = upstream.response
             text = None if response is None else upstream_text(response.body, built.masker)
             return Outcome("failed", _payload(exc.error_code, exc.message, upstream.status, text))
-        return Outcome("completed", selected.value)
+        return Outcome("completed", selected.value, truncated=selected.truncated)
 
     async def _compiled(self, row: Claimed) -> CompiledOperation:
         key = (row.operation_id, row.version)

@@ -100,7 +100,7 @@ UPDATE approvals SET lease_expires_at = now() + make_interval(secs => %(lease_s)
 _FINISH_SQL = f"""
 UPDATE approvals
    SET status = %(status)s, response_payload = %(payload)s, completed_at = now(),
-       lease_expires_at = NULL
+       lease_expires_at = NULL, result_truncated = %(truncated)s
  WHERE {_FENCE}
 """
 
@@ -166,12 +166,18 @@ async def renew(conn: Connection, row: Claimed, owner: str) -> bool:
 
 
 async def finish(
-    conn: Connection, row: Claimed, owner: str, status: Finished, payload: Any
+    conn: Connection,
+    row: Claimed,
+    owner: str,
+    status: Finished,
+    payload: Any,
+    *,
+    truncated: bool = False,
 ) -> bool:
-    """executing → completed | failed; False: the row is no longer this claim's."""
-    cur = await conn.execute(
-        _FINISH_SQL, {**_fence(row, owner), "status": status, "payload": Jsonb(payload)}
-    )
+    """executing → completed | failed; False: the row is no longer this claim's.
+    ``truncated``: the completed result was cut to fit (its delivery says so)."""
+    params = {"status": status, "payload": Jsonb(payload), "truncated": truncated}
+    cur = await conn.execute(_FINISH_SQL, {**_fence(row, owner), **params})
     return cur.rowcount == 1
 
 

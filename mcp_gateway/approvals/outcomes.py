@@ -3,7 +3,8 @@
 
 - ``completed``: the operation's success result, made from ``response_payload``
   (the selected result the worker recorded) by the same function a direct call
-  uses (``success_result``: arrays wrapped for the 2025 revisions);
+  uses (``success_result``: arrays wrapped for the 2025 revisions), marked
+  ``crank/truncated`` when the worker cut it to fit, as a direct call is;
 - ``failed``: the closed-list tool error recorded in ``response_payload``
   (``{error_code, message, upstream_status, upstream_text}``), with its
   ``recoverable`` flag and suggested action from shared.engine.errors; the
@@ -20,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcp_gateway.approvals.store import FinishedApproval
-from mcp_gateway.pipeline.results import success_result, tool_result
+from mcp_gateway.pipeline.results import TRUNCATED_META, success_result, tool_result
 from shared.engine.errors import (
     ERROR_CODES,
     Language,
@@ -37,8 +38,10 @@ def outcome_result(
     finished: FinishedApproval, *, language: Language, request_id: str, wrap_arrays: bool
 ) -> dict[str, Any]:
     """The tool result that delivers ``finished``'s outcome."""
-    meta = {APPROVAL_ID_META: finished.id, APPROVAL_STATUS_META: finished.status}
+    meta: dict[str, Any] = {APPROVAL_ID_META: finished.id, APPROVAL_STATUS_META: finished.status}
     if finished.status == "completed":
+        if finished.result_truncated:
+            meta[TRUNCATED_META] = True
         return success_result(finished.response_payload, wrap_arrays=wrap_arrays, meta=meta)
     error = _error(finished, language)
     error.request_id = request_id

@@ -182,6 +182,7 @@ class FinishedApproval(msgspec.Struct, frozen=True, kw_only=True):
     status: str  # denied, expired, completed or failed
     note: str | None  # the approver's
     response_payload: Any | None  # completed: the selected result; failed: the error
+    result_truncated: bool  # completed: the result was cut to fit
 
 
 async def claim_outcome(
@@ -198,7 +199,7 @@ async def claim_outcome(
                           ORDER BY created_at DESC, id DESC LIMIT 1)
                AND status IN {FINISHED} AND delivered_at IS NULL
                AND {FINISHED_AT} > now() - make_interval(secs => %s)
-            RETURNING id, status, note, response_payload""",
+            RETURNING id, status, note, response_payload, result_truncated""",
         (new.agent_id, new.operation_id, new.version, new.arguments_hash, retention_s),
     )
     row = await cur.fetchone()

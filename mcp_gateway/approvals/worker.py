@@ -305,7 +305,9 @@ class ApprovalWorker:
     async def _write(self, row: Claimed, outcome: Outcome) -> bool:
         payload = without_nul(outcome.payload)  # else a refused write, a second call
         async with self._pool.connection() as conn:
-            return await leases.finish(conn, row, self.owner, outcome.status, payload)
+            return await leases.finish(
+                conn, row, self.owner, outcome.status, payload, truncated=outcome.truncated
+            )
 
     async def _release(self, row: Claimed) -> None:
         async def release() -> str | None:

@@ -99,6 +99,9 @@ def tool_result(structured: Any, *, is_error: bool, meta: dict[str, Any] | None)
     return value
 
 
+TRUNCATED_META = "crank/truncated"  # the selected result was cut to fit the operation's limits
+
+
 def success_result(
     selected: Any, *, wrap_arrays: bool, meta: dict[str, Any] | None
 ) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from mcp_gateway.pipeline import confirmation
 from mcp_gateway.pipeline import idempotency as idempotency_memory
 from mcp_gateway.pipeline.accounting import account_call
 from mcp_gateway.pipeline.context import ToolCallContext
-from mcp_gateway.pipeline.results import success_result, tool_result
+from mcp_gateway.pipeline.results import TRUNCATED_META, success_result, tool_result
 from mcp_gateway.transport.exchange import Exchange
 from mcp_gateway.transport.jsonrpc import INVALID_PARAMS, Message, encode, error, result
 from shared.engine.compiler import confirmation_token
@@ -44,8 +44,6 @@ from shared.engine.request_builder import BuiltRequest
 from shared.engine.upstream import UpstreamCall, UpstreamFailure
 
 log = structlog.get_logger(__name__)
-
-TRUNCATED_META = "crank/truncated"
 
 
 async def _execute(

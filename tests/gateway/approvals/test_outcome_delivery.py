@@ -6,7 +6,7 @@ outcome delivered on replica B, in both protocol eras.
 The shop (tests.support.approvals) answers a fixed body, so the same call
 without approval (``list_lines``, the twin of ``approve_lines``) gives what a
 direct call gives; its selection is an array, wrapped as ``{"items": [...]}``
-for the 2025 revisions.
+for the 2025 revisions, and cut to one item, so both are marked truncated.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ NOTE = "Not this week, ask Anna"
 def lines_spec(port: int, name: str, *, approval: bool) -> dict[str, Any]:
     spec = order_spec(port)
     spec["name"] = name
-    spec["response"] = {"select": "lines"}  # an array: wrapped for the 2025 revisions
+    # An array (wrapped for the 2025 revisions), cut to one item (marked crank/truncated).
+    spec["response"] = {"select": "lines", "max_items": 1}
     spec["safety"] = {"approval": approval}
     return spec
 
@@ -192,10 +193,14 @@ async def test_each_outcome_is_delivered_once_on_the_other_replica(
     # The same JSON; its key order is jsonb's, as in an idempotent replay.
     [text], [direct_text] = delivered["content"], direct["content"]
     assert json.loads(text["text"]) == json.loads(direct_text["text"])
-    expected = LINES["lines"] if era == "modern" else {"items": LINES["lines"]}
+    expected = LINES["lines"][:1] if era == "modern" else {"items": LINES["lines"][:1]}
     assert delivered["structuredContent"] == expected
-    meta_of(delivered, ids["completed"], "completed")
-    assert "_meta" not in direct
+    assert direct["_meta"] == {"crank/truncated": True}
+    assert delivered["_meta"] == {
+        "crank/approval_id": ids["completed"],
+        "crank/approval_status": "completed",
+        "crank/truncated": True,
+    }
 
     # failed: the recorded closed-list error, its flag and suggested action from the table.
     failed = await on_b.call(era, GATED, arguments("failed"))
@@ -345,11 +350,12 @@ async def test_the_official_sdk_gets_the_outcome_on_a_repeat_call(
     delivered = await call_tool(b)
     assert delivered.is_error is False
     # auto speaks 2026-07-28 (no wrapping); the 2025 era wraps the array.
-    wrapped = {"items": LINES["lines"]}
-    assert delivered.structured_content == (LINES["lines"] if mode == "auto" else wrapped)
+    first = LINES["lines"][:1]
+    assert delivered.structured_content == (first if mode == "auto" else {"items": first})
     assert delivered.meta == {
         "crank/approval_id": approval_id,
         "crank/approval_status": "completed",
+        "crank/truncated": True,
     }
     again = await call_tool(b)
     assert again.structured_content["status"] == "approval_required"
