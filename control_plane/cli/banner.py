@@ -116,7 +116,8 @@ def render(
         "",
         APPROVALS_HEADING,
         "  A tools/call of sales_create_refund with the sales agent key answers",
-        "  approval_required with an approval_id; then:",
+        "  approval_required with an approval_id; once decided, the same call again",
+        "  returns the outcome to the model. The approver's side:",
         *_approval_curls(
             f"{state.gateway_url}/mcp/v1/{DEMO_WORKSPACE}/sales/approvals",
             state.approval_keys.get("sales", ""),
