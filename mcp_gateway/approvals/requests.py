@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import structlog
+
 from mcp_gateway.approvals import store
 from mcp_gateway.approvals.outcomes import outcome_result
 from mcp_gateway.catalog.snapshot import Tool
@@ -36,6 +38,8 @@ from mcp_gateway.pipeline.results import tool_result
 from shared.engine.canonical import arguments_hash
 from shared.engine.errors import Language, invalid_arguments
 from shared.engine.request_builder import BuiltRequest
+
+log = structlog.get_logger(__name__)
 
 _ROUNDS = 5  # an active row can finish between the insert and the look-up; try again
 
@@ -118,6 +122,7 @@ async def request_approval(
         for _ in range(_ROUNDS):
             finished = await store.claim_outcome(conn, new, ctx.approval_outcome_retention_s)
             if finished is not None:
+                log.info("approval_outcome_delivered", approval_id=finished.id, tool=tool.name)
                 return outcome_result(
                     finished,
                     language=ctx.language,
