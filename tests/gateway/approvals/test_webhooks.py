@@ -222,7 +222,7 @@ async def test_a_gateway_killed_mid_delivery_delivers_again_with_the_same_webhoo
 
         async def delivered() -> bool:
             log = await delivery_log(client, shop_setup.admin, hook["id"])
-            return log[0]["status"] == "delivered"
+            return bool(log[0]["status"] == "delivered")
 
         await wait_until(delivered, timeout_s=15)
     assert len(receiver.received) == 2
