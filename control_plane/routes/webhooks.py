@@ -21,7 +21,6 @@ from control_plane.services.audit_query import DEFAULT_LIMIT
 from control_plane.services.webhooks import (
     CreatedWebhook,
     DeliveryPage,
-    WebhookSpec,
     WebhookView,
     create_webhook,
     get_webhook,
@@ -29,6 +28,7 @@ from control_plane.services.webhooks import (
     list_webhooks,
     revoke_webhook,
 )
+from shared.engine.spec import WebhookSpec
 
 
 class WebhookList(msgspec.Struct, kw_only=True):

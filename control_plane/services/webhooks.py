@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 import msgspec
 from yarl import URL
@@ -36,30 +35,12 @@ from control_plane.services.audit_query import (
 )
 from shared.crypto import SecretBox
 from shared.db import Connection
-from shared.engine.spec_validation import FieldError
+from shared.engine.spec import WebhookSpec
+from shared.engine.spec_validation import FieldError, validate_webhook
 from shared.webhook_signing import new_signing_secret, subscription_associated_data
 
-EVENTS: Final = (
-    "approval.created",
-    "approval.decided",
-    "approval.completed",
-    "approval.failed",
-    "approval.expired",
-)
-FORMATS: Final = ("standard", "slack")
-MAX_URL_CHARS = 2048
 MAX_SUBSCRIPTIONS_PER_AGENT = 20
 _ID = re.compile(r"whsub_[0-9a-f]{24}")
-
-Format = Literal["standard", "slack"]
-
-
-class WebhookSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """A subscription as the API and the operation file take it."""
-
-    url: str
-    events: list[str] = msgspec.field(default_factory=lambda: list(EVENTS))
-    format: str = "standard"
 
 
 class WebhookView(msgspec.Struct, kw_only=True):
@@ -105,45 +86,8 @@ class DeliveryPage(msgspec.Struct, kw_only=True):
     next_cursor: str | None
 
 
-def webhook_errors(spec: WebhookSpec, where: str = "") -> list[FieldError]:
-    """Every problem of ``spec``, as field errors under ``where`` (e.g. ``agents[0].webhooks[1]``)."""
-    prefix = f"{where}." if where else ""
-    errors: list[FieldError] = []
-    url_problem = _url_problem(spec.url)
-    if url_problem:
-        errors.append(FieldError(f"{prefix}url", url_problem))
-    if not spec.events:
-        errors.append(FieldError(f"{prefix}events", "name at least one event"))
-    for n, event in enumerate(spec.events):
-        if event not in EVENTS:
-            errors.append(FieldError(f"{prefix}events[{n}]", f"must be one of {', '.join(EVENTS)}"))
-    if len(set(spec.events)) != len(spec.events):
-        errors.append(FieldError(f"{prefix}events", "an event is named twice"))
-    if spec.format not in FORMATS:
-        errors.append(FieldError(f"{prefix}format", f"must be one of {', '.join(FORMATS)}"))
-    return errors
-
-
-def _url_problem(raw: str) -> str | None:
-    if len(raw) > MAX_URL_CHARS:
-        return f"at most {MAX_URL_CHARS} characters"
-    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in raw):
-        return "no spaces or control characters"
-    try:
-        url = URL(raw)
-    except ValueError:
-        return "not a URL"
-    if url.scheme not in ("http", "https") or not url.host:
-        return "an absolute http or https URL, e.g. https://hooks.example.com/crank"
-    if url.user is not None or url.password is not None:
-        return "no user or password in the URL; the signature authenticates Crank"
-    if url.fragment:
-        return "no #fragment"
-    return None
-
-
 def _check(spec: WebhookSpec) -> None:
-    errors = webhook_errors(spec)
+    errors = validate_webhook(spec)
     if errors:
         raise ValidationFailed(errors)
 
@@ -212,13 +156,15 @@ async def create_webhook(
             [FieldError("", f"an agent has at most {MAX_SUBSCRIPTIONS_PER_AGENT} webhooks")]
         )
     webhook_id = "whsub_" + secrets.token_hex(12)
+    # created_at is the clock's, not the transaction's: one apply creating several
+    # keeps them in file order (listings and export sort by it).
     secret = new_signing_secret()
     sealed = box.seal(secret, subscription_associated_data(webhook_id))
     cur = await conn.execute(
         """INSERT INTO webhook_subscriptions
                   (id, workspace_id, agent_id, url, events, format, ciphertext, nonce, key_id,
-                   created_by)
-           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                   created_by, created_at)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, clock_timestamp())
            RETURNING created_at""",
         (
             webhook_id,
@@ -307,12 +253,55 @@ async def list_deliveries(
     )
 
 
-def specs_differ(live: Sequence[WebhookView], wanted: Sequence[WebhookSpec]) -> bool:
-    """Whether ``wanted`` names a subscription ``live`` does not have, or the other way round."""
-    unmatched = list(live)
+class WebhookChange(msgspec.Struct, kw_only=True):
+    """What ``crank apply`` did, or would do, to one subscription of an agent."""
+
+    action: Literal["create", "delete"]
+    id: str
+    url: str
+    events: list[str]
+    format: str
+    secret: str | None = None  # a subscription created by a real apply: shown this once
+
+
+async def sync_webhooks(
+    conn: Connection,
+    box: SecretBox,
+    ws: Workspace,
+    actor: str,
+    agent: str,
+    wanted: list[WebhookSpec],
+) -> list[WebhookChange]:
+    """Make the agent's live subscriptions the ``wanted`` ones: a live subscription
+    with the same URL, events and format is kept (its secret is never shown again),
+    the others are revoked, and the missing ones created. Applying the same list
+    twice changes nothing the second time."""
+    unmatched = await list_webhooks(conn, ws, agent)
+    missing: list[WebhookSpec] = []
     for spec in wanted:
         match = next((view for view in unmatched if same_subscription(view, spec)), None)
         if match is None:
-            return True
-        unmatched.remove(match)
-    return bool(unmatched)
+            missing.append(spec)
+        else:
+            unmatched.remove(match)
+    changes: list[WebhookChange] = []
+    for view in unmatched:  # revoked first: the per-agent limit counts live ones
+        await revoke_webhook(conn, ws, actor, agent, view.id)
+        changes.append(
+            WebhookChange(
+                action="delete", id=view.id, url=view.url, events=view.events, format=view.format
+            )
+        )
+    for spec in missing:
+        created = await create_webhook(conn, box, ws, actor, agent, spec)
+        changes.append(
+            WebhookChange(
+                action="create",
+                id=created.id,
+                url=created.url,
+                events=created.events,
+                format=created.format,
+                secret=created.secret,
+            )
+        )
+    return changes
