@@ -27,12 +27,7 @@ from control_plane.auth import Workspace
 from control_plane.errors import NotFound, ValidationFailed
 from control_plane.services.agents import require_agent
 from control_plane.services.audit import record_change
-from control_plane.services.audit_query import (
-    DEFAULT_LIMIT,
-    MAX_LIMIT,
-    decode_cursor,
-    encode_cursor,
-)
+from control_plane.services.audit_query import DEFAULT_LIMIT, next_page, page_start
 from shared.crypto import SecretBox
 from shared.db import Connection
 from shared.engine.spec import WebhookSpec
@@ -233,9 +228,7 @@ async def list_deliveries(
     cursor: str | None = None,
 ) -> DeliveryPage:
     """One page of a subscription's delivery log, newest first (keyset on id)."""
-    if not 1 <= limit <= MAX_LIMIT:
-        raise ValidationFailed([FieldError("limit", f"must be between 1 and {MAX_LIMIT}")])
-    before = decode_cursor(cursor) if cursor else None
+    before = page_start(limit, cursor)
     await get_webhook(conn, ws, agent, webhook_id)
     cur = await conn.execute(
         """SELECT id, webhook_id, event, approval_id, status, attempts, created_at,
@@ -247,9 +240,8 @@ async def list_deliveries(
         {"sub": webhook_id, "before": before, "limit": limit + 1},
     )
     rows = await cur.fetchall()
-    items = [DeliveryView(**row) for row in rows[:limit]]
     return DeliveryPage(
-        items=items, next_cursor=encode_cursor(items[-1].id) if len(rows) > limit else None
+        items=[DeliveryView(**row) for row in rows[:limit]], next_cursor=next_page(rows, limit)
     )
 
 
