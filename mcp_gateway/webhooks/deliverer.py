@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import structlog
@@ -39,12 +39,13 @@ from psycopg_pool import AsyncConnectionPool
 from yarl import URL
 
 from mcp_gateway.catalog.snapshot import Snapshot
+from mcp_gateway.catalog.workspace_state import WorkspaceState
+from mcp_gateway.upkeep.metrics import WEBHOOK_ATTEMPTS
 from mcp_gateway.webhooks import outbox
 from mcp_gateway.webhooks.outbox import ClaimedDelivery
 from mcp_gateway.webhooks.payloads import approval_url, render
 from shared.crypto import CryptoError, Sealed, SecretBox
 from shared.db import Connection, within
-from shared.engine.egress import EgressPolicy
 from shared.engine.masking import masker_for
 from shared.engine.outbound import (
     OutboundError,
@@ -53,9 +54,7 @@ from shared.engine.outbound import (
     UpstreamRequest,
 )
 from shared.periodic import EXPECTED, PeriodicTask
-from shared.secrets import load_secrets
 from shared.webhook_signing import signed_headers, subscription_associated_data
-from shared.workspace_egress import load_egress
 
 log = structlog.get_logger(__name__)
 
@@ -96,8 +95,8 @@ class WebhookDeliverer:
         self.owner = owner
         self._pool = pool
         self._executor = executor
-        self._snapshot = snapshot
         self._box = box
+        self._workspace = WorkspaceState(pool, snapshot, box)
         self._options = options
         self._concurrency = concurrency
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not crypto
@@ -162,7 +161,7 @@ class WebhookDeliverer:
                 timeout_ms=TIMEOUT_MS,
                 retries=0,
                 max_response_bytes=MAX_ANSWER_BYTES,
-                egress=await self._egress(row),
+                egress=await self._workspace.egress(row.agent_id, row.workspace_id),
             )
             try:
                 response = await self._executor.execute(request)
@@ -175,6 +174,7 @@ class WebhookDeliverer:
             if 200 <= response.status < 300:
                 status = response.status
                 await self._write(lambda conn: outbox.delivered(conn, row, self.owner, status))
+                WEBHOOK_ATTEMPTS.labels("delivered").inc()
                 log.info("webhook_delivered", webhook_id=row.webhook_id, attempt=row.attempts)
             else:
                 error = f"the receiver answered HTTP {response.status}"
@@ -195,27 +195,12 @@ class WebhookDeliverer:
     async def _render(self, row: ClaimedDelivery) -> bytes | None:
         """The body of this delivery, stored for later attempts; None when the row is
         no longer this claim's."""
-        secrets = await self._secrets(row)
+        secrets = await self._workspace.secrets(row.agent_id, row.workspace_id)
         masker = masker_for(tuple(sorted(secrets.values())))
         url = approval_url(self._options.public_url, self._options.path_prefix, row.payload)
         body = render(row.format, row.event, row.payload, masker, url)
         kept = await self._write(lambda conn: outbox.keep_body(conn, row, self.owner, body))
         return body if kept else None
-
-    async def _secrets(self, row: ClaimedDelivery) -> Mapping[str, str]:
-        """The workspace's current secrets, for masking: the snapshot's, else opened."""
-        agent = self._snapshot().agents_by_id.get(row.agent_id)
-        if agent is not None and agent.published and agent.workspace_id == row.workspace_id:
-            return agent.secrets
-        async with self._pool.connection() as conn:
-            return await load_secrets(conn, self._box, row.workspace_id)
-
-    async def _egress(self, row: ClaimedDelivery) -> EgressPolicy:
-        agent = self._snapshot().agents_by_id.get(row.agent_id)
-        if agent is not None and agent.workspace_id == row.workspace_id:
-            return agent.egress
-        async with self._pool.connection() as conn:
-            return await load_egress(conn, row.workspace_id)
 
     def retry_after(self, attempts: int) -> float:
         """Exponential backoff with equal jitter: half fixed, half random."""
@@ -233,6 +218,7 @@ class WebhookDeliverer:
                 conn, row, self.owner, error=error, http_status=http_status, retry_s=retry_s
             )
         )
+        WEBHOOK_ATTEMPTS.labels("failed" if retry_s is None else "retry").inc()
         log.info(
             "webhook_attempt_failed",
             webhook_id=row.webhook_id,

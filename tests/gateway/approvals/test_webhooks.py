@@ -29,6 +29,7 @@ from shared.engine.masking import MASK
 from tests.support.api import Client, auth, grant_egress
 from tests.support.approvals import TOKEN, TOOL, Shop, execute, new_key, publish_shop
 from tests.support.gateway import Gateway, run_gateway, wait_until
+from tests.support.metrics import served_counts
 from tests.support.processes import free_port
 from tests.support.tool_calls import BASE, Caller, ok
 from tests.support.webhooks import Receiver, serve_receiver, subscribe
@@ -177,7 +178,11 @@ async def test_a_failing_receiver_is_retried_with_backoff_under_one_webhook_id(
             return bool(log) and log[0]["status"] == "delivered"
 
         await wait_until(delivered, timeout_s=15)
+        counts = await served_counts(
+            gateway.metrics_port, "crank_webhook_attempts_total", "outcome"
+        )
 
+    assert counts == {"retry": 3, "delivered": 1}
     assert len(receiver.received) == 4
     assert len({r.webhook_id for r in receiver.received}) == 1
     assert all(r.verified is not None for r in receiver.received)
