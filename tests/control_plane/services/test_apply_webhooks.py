@@ -22,15 +22,6 @@ HOOK = {"url": "https://hooks.example.com/crank", "events": ["approval.created"]
 SLACK = {"url": "https://hooks.slack.example/services/T/B/x", "format": "slack"}
 
 
-@pytest.fixture
-async def acme(client: Client, admin_token: str) -> str:
-    response = await client.post(
-        "/api/v1/workspaces", json={"slug": "acme"}, headers=auth(admin_token)
-    )
-    assert response.status_code == 201, response.text
-    return admin_token
-
-
 def with_webhooks(webhooks: list[dict[str, Any]] | None) -> dict[str, Any]:
     file = crank_file()
     if webhooks is not None:

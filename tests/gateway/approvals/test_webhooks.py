@@ -16,6 +16,7 @@ import json
 import os
 import signal
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,9 +42,21 @@ PUBLIC_URL = "https://crank.example.com"
 
 @dataclass
 class Setup:
+    """The shop published behind approval, a receiver it may reach, and their keys."""
+
+    client: Client
+    database_url: str
+    tmp_path: Path
+    shop: Shop
+    receiver: Receiver
     admin: str
     agent_key: str
     approval_key: str
+
+    def gateway(self) -> AbstractAsyncContextManager[Gateway]:
+        """A gateway process with the shop and the receiver allowlisted, backoff short."""
+        env = gateway_env(self.shop.port, self.receiver.port)
+        return run_gateway(self.database_url, self.tmp_path, extra_env=env)
 
 
 @pytest.fixture
@@ -53,10 +66,22 @@ async def receiver() -> AsyncIterator[Receiver]:
 
 
 @pytest.fixture
-async def shop_setup(client: Client, admin_token: str, shop: Shop, receiver: Receiver) -> Setup:
+async def shop_setup(
+    client: Client,
+    database_url: str,
+    tmp_path: Path,
+    admin_token: str,
+    shop: Shop,
+    receiver: Receiver,
+) -> Setup:
     await publish_shop(client, admin_token, shop.port)
     await grant_egress(client, admin_token, "default", f"127.0.0.1:{receiver.port}")
     return Setup(
+        client=client,
+        database_url=database_url,
+        tmp_path=tmp_path,
+        shop=shop,
+        receiver=receiver,
         admin=admin_token,
         agent_key=await new_key(client, admin_token, "sales", "agent"),
         approval_key=await new_key(client, admin_token, "sales", "approval"),
@@ -103,17 +128,12 @@ async def delivery_log(client: Client, admin: str, webhook_id: str) -> list[dict
 
 
 async def test_created_decided_and_completed_are_delivered_signed_and_masked(
-    client: Client,
-    database_url: str,
-    tmp_path: Path,
-    shop: Shop,
-    receiver: Receiver,
     shop_setup: Setup,
 ) -> None:
+    client, receiver = shop_setup.client, shop_setup.receiver
     hook = await subscribe(client, shop_setup.admin, receiver.url)
     receiver.secret = hook["secret"]
-    env = gateway_env(shop.port, receiver.port)
-    async with run_gateway(database_url, tmp_path, extra_env=env) as gateway:
+    async with shop_setup.gateway() as gateway:
         # The shop's token in an argument: it must reach no receiver.
         approval_id = await ask(gateway, shop_setup.agent_key, item=f"sku {TOKEN}")
 
@@ -159,18 +179,13 @@ async def test_created_decided_and_completed_are_delivered_signed_and_masked(
 
 
 async def test_a_failing_receiver_is_retried_with_backoff_under_one_webhook_id(
-    client: Client,
-    database_url: str,
-    tmp_path: Path,
-    shop: Shop,
-    receiver: Receiver,
     shop_setup: Setup,
 ) -> None:
+    client, receiver = shop_setup.client, shop_setup.receiver
     hook = await subscribe(client, shop_setup.admin, receiver.url, events=["approval.created"])
     receiver.secret = hook["secret"]
     receiver.fail_first = 3
-    env = gateway_env(shop.port, receiver.port)
-    async with run_gateway(database_url, tmp_path, extra_env=env) as gateway:
+    async with shop_setup.gateway() as gateway:
         await ask(gateway, shop_setup.agent_key)
 
         async def delivered() -> bool:
@@ -195,35 +210,30 @@ async def test_a_failing_receiver_is_retried_with_backoff_under_one_webhook_id(
 
 
 async def test_a_gateway_killed_mid_delivery_delivers_again_with_the_same_webhook_id(
-    client: Client,
-    database_url: str,
-    tmp_path: Path,
-    shop: Shop,
-    receiver: Receiver,
     shop_setup: Setup,
 ) -> None:
+    client, receiver = shop_setup.client, shop_setup.receiver
     hook = await subscribe(client, shop_setup.admin, receiver.url, events=["approval.created"])
     receiver.secret = hook["secret"]
     receiver.hold = True
-    env = gateway_env(shop.port, receiver.port)
-    async with run_gateway(database_url, tmp_path, extra_env=env) as first:
+    async with shop_setup.gateway() as first:
         await ask(first, shop_setup.agent_key)
         await wait_until(lambda: _is_set(receiver), timeout_s=10)
         os.killpg(first.process.pid, signal.SIGKILL)
         first.process.wait(timeout=10)
     receiver.gate.set()
     # The dead process's lease runs out (backdated here rather than waited for).
-    async with await connect(database_url, autocommit=True) as conn:
+    async with await connect(shop_setup.database_url, autocommit=True) as conn:
         cur = await conn.execute(
             "SELECT status, attempts FROM webhook_deliveries WHERE subscription_id = %s",
             (hook["id"],),
         )
         assert await cur.fetchall() == [{"status": "delivering", "attempts": 1}]
     await execute(
-        database_url,
+        shop_setup.database_url,
         "UPDATE webhook_deliveries SET lease_expires_at = now() - interval '1 second'",
     )
-    async with run_gateway(database_url, tmp_path, extra_env=env):
+    async with shop_setup.gateway():
 
         async def delivered() -> bool:
             log = await delivery_log(client, shop_setup.admin, hook["id"])
@@ -242,13 +252,9 @@ async def _is_set(receiver: Receiver) -> bool:
 
 
 async def test_destinations_the_guard_or_the_egress_policy_refuse_fail_unsent(
-    client: Client,
-    database_url: str,
-    tmp_path: Path,
-    shop: Shop,
-    receiver: Receiver,
     shop_setup: Setup,
 ) -> None:
+    client, receiver = shop_setup.client, shop_setup.receiver
     # Both on loopback: a guard that failed would reach this machine, nothing else.
     not_allowlisted = f"http://127.0.0.1:{free_port()}/hooks"  # the operator allows it nowhere
     receiver_hook = await subscribe(client, shop_setup.admin, receiver.url)
@@ -259,12 +265,11 @@ async def test_destinations_the_guard_or_the_egress_policy_refuse_fail_unsent(
     await ok(
         await client.put(
             f"{BASE}/egress/grants",
-            json={"grants": [f"127.0.0.1:{shop.port}"]},
+            json={"grants": [f"127.0.0.1:{shop_setup.shop.port}"]},
             headers=auth(shop_setup.admin, egress.headers["etag"]),
         )
     )
-    env = gateway_env(shop.port, receiver.port)
-    async with run_gateway(database_url, tmp_path, extra_env=env) as gateway:
+    async with shop_setup.gateway() as gateway:
         await ask(gateway, shop_setup.agent_key)
 
         async def both_failed() -> bool:
@@ -286,20 +291,13 @@ async def test_destinations_the_guard_or_the_egress_policy_refuse_fail_unsent(
     assert guard_refused["last_status"] is None
 
 
-async def test_the_slack_format_names_tool_arguments_asker_and_link(
-    client: Client,
-    database_url: str,
-    tmp_path: Path,
-    shop: Shop,
-    receiver: Receiver,
-    shop_setup: Setup,
-) -> None:
+async def test_the_slack_format_names_tool_arguments_asker_and_link(shop_setup: Setup) -> None:
+    client, receiver = shop_setup.client, shop_setup.receiver
     hook = await subscribe(
         client, shop_setup.admin, receiver.url, events=["approval.created"], format="slack"
     )
     receiver.secret = hook["secret"]
-    env = gateway_env(shop.port, receiver.port)
-    async with run_gateway(database_url, tmp_path, extra_env=env) as gateway:
+    async with shop_setup.gateway() as gateway:
         approval_id = await ask(gateway, shop_setup.agent_key, item=f"<b>&{TOKEN}")
 
         async def told() -> bool:
@@ -321,8 +319,9 @@ async def test_the_slack_format_names_tool_arguments_asker_and_link(
 
 
 async def test_the_trigger_enqueues_one_delivery_per_transition_and_subscribed_event(
-    client: Client, database_url: str, shop: Shop, receiver: Receiver, shop_setup: Setup
+    shop_setup: Setup,
 ) -> None:
+    client, database_url, receiver = shop_setup.client, shop_setup.database_url, shop_setup.receiver
     everything = await subscribe(client, shop_setup.admin, receiver.url)
     ends = await subscribe(
         client, shop_setup.admin, receiver.url, events=["approval.failed", "approval.expired"]
