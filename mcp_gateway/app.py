@@ -59,6 +59,8 @@ from mcp_gateway.upkeep.call_log import CallLogWriter
 from mcp_gateway.upkeep.metrics import SNAPSHOT_VERSION, start_metrics_server
 from mcp_gateway.upkeep.replicas import Replicas
 from mcp_gateway.upkeep.retention import Pruner
+from mcp_gateway.webhooks.deliverer import DeliveryOptions, WebhookDeliverer
+from mcp_gateway.webhooks.outbox import CHANNEL as WEBHOOKS_CHANNEL
 from shared.crypto import KeyHasher, SecretBox
 from shared.db import open_pool
 from shared.engine.outbound import ExecutorConfig, UpstreamExecutor
@@ -83,6 +85,7 @@ class GatewayApp:
         self._metrics: web.AppRunner | None = None
         self._pruner: Pruner | None = None
         self._expiry: ExpirySweeper | None = None
+        self._webhooks: WebhookDeliverer | None = None
         self._chained_signals: dict[int, Any] = {}  # signal -> the handler we chained to
         # Behind the proxies it names, the client address is the one they forwarded
         # (docs/architecture.md, "Keys": the per-address look-up limit counts by it).
@@ -180,7 +183,10 @@ class GatewayApp:
             refresh_s=settings.mcp_refresh_ms / 1000,
             listen=settings.mcp_listen,
             on_swap=swapped,
-            notify={APPROVALS_CHANNEL: self._wake_approvals},
+            notify={
+                APPROVALS_CHANNEL: self._wake_approvals,
+                WEBHOOKS_CHANNEL: self._wake_webhooks,
+            },
             options=SnapshotOptions(
                 page_size=settings.mcp_tools_page_size,
                 language=settings.language,
@@ -234,6 +240,20 @@ class GatewayApp:
             concurrency=settings.approval_workers,
         )
         self.state.approvals.start()
+        self._webhooks = WebhookDeliverer(
+            pool,
+            self.state.executor,
+            owner=replicas.replica_id,
+            snapshot=lambda: refresher.snapshot,
+            box=SecretBox(self.secret_key, settings.secret_key_previous),
+            options=DeliveryOptions(
+                public_url=settings.public_url,
+                path_prefix=settings.public_path_prefix,
+                retry_base_s=settings.webhook_retry_base_ms / 1000,
+                max_age_s=settings.webhook_max_age_s,
+            ),
+        )
+        self._webhooks.start()
         replicas.start()
         self._pruner = Pruner(pool, settings)
         self._pruner.start()
@@ -280,6 +300,10 @@ class GatewayApp:
         if self.state is not None and self.state.approvals is not None:
             self.state.approvals.wake()
 
+    def _wake_webhooks(self) -> None:
+        if self._webhooks is not None:
+            self._webhooks.wake()
+
     def _stop_claiming(self) -> None:
         """On SIGTERM at once: granian may take a while to reach the lifespan shutdown."""
         if self.state is not None and self.state.approvals is not None:
@@ -303,6 +327,8 @@ class GatewayApp:
         if self.state is not None:
             if self.state.approvals is not None:  # finish or release claimed approvals
                 await self.state.approvals.stop(self.settings.approval_shutdown_grace_s)
+            if self._webhooks is not None:  # before the executor closes
+                await self._webhooks.stop()
             self.state.streams.shut_down()
             await self.state.replicas.stop()
             await self.state.key_use.stop(self.state.pool)

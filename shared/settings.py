@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -45,6 +46,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     call_log_retention_days: int = 30
     audit_log_retention_days: int = 365
     approvals_retention_days: int = 90  # finished approvals (denied, expired, completed, failed)
+    webhook_retention_days: int = 30  # delivered and failed webhook deliveries
     # Safety flows (docs/architecture.md, "Gate order").
     approval_ttl_s: int = 86400  # a pending approval expires after this
     approval_max_attempts: int = 3  # claims of one approved row before it fails
@@ -62,6 +64,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     upstream_max_json_nodes: int = 250_000
     allowed_origins: tuple[str, ...] = ()
     public_path_prefix: str = ""
+    # The gateway's public base URL (https://crank.example.com): links in webhooks.
+    public_url: str = ""
+    # Webhooks (docs/architecture.md, "Webhooks"): the first retry's backoff, doubling
+    # after each failed attempt, and how long after the event a delivery is tried.
+    webhook_retry_base_ms: int = 5000
+    webhook_max_age_s: int = 86400
     language: Literal["en", "ru"] = "en"
     log_level: str = "info"
     max_body_bytes: int = 1_048_576  # an MCP request, and an admin API route's JSON body
@@ -174,7 +182,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise SettingsError("CRANK_APPROVAL_WORKERS must be between 1 and 256")
     if not 0 <= settings.approval_shutdown_grace_s <= 3600:
         raise SettingsError("CRANK_APPROVAL_SHUTDOWN_GRACE_S must be between 0 and 3600")
-    for name in ("call_log_retention_days", "audit_log_retention_days", "approvals_retention_days"):
+    for name in (
+        "call_log_retention_days",
+        "audit_log_retention_days",
+        "approvals_retention_days",
+        "webhook_retention_days",
+    ):
         if not 0 <= getattr(settings, name) <= 36_500:
             raise SettingsError(f"CRANK_{name.upper()} must be between 0 and 36500")
     if not 1024 <= settings.upstream_max_response_bytes <= 104_857_600:
@@ -184,6 +197,14 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     for name in ("max_body_bytes", "max_document_bytes"):
         if not 1024 <= getattr(settings, name) <= 1 << 30:
             raise SettingsError(f"CRANK_{name.upper()} must be between 1024 and 1073741824")
+    if not 10 <= settings.webhook_retry_base_ms <= 3_600_000:
+        raise SettingsError("CRANK_WEBHOOK_RETRY_BASE_MS must be between 10 and 3600000")
+    if not 1 <= settings.webhook_max_age_s <= 604_800:
+        raise SettingsError("CRANK_WEBHOOK_MAX_AGE_S must be between 1 and 604800")
+    if settings.public_url and not re.fullmatch(r"https?://[^/?#\s]+/?", settings.public_url):
+        raise SettingsError(
+            "CRANK_PUBLIC_URL must be a scheme and host, e.g. https://crank.example.com"
+        )
     if not 1 <= settings.mcp_tools_page_size <= 10_000:
         raise SettingsError("CRANK_MCP_TOOLS_PAGE_SIZE must be between 1 and 10000")
     return settings

@@ -6,7 +6,8 @@ control plane then validates and lints everything, applies the file in one
 transaction and answers with the plan, printed as a table with the linter's
 warnings under it, per resource. Lint errors refuse the whole file and are
 printed the same way. Applying the same file again changes nothing and
-prints "no changes".
+prints "no changes". An agent's ``webhooks`` that the apply created are
+printed with their signing secrets, once (docs/operation-file.md, "Webhooks").
 
 The target workspace is ``--workspace``, else the file's ``workspace``, else
 ``default``. A file without ``workspace`` goes wherever ``--workspace`` says;
@@ -141,6 +142,7 @@ def render_plan(plan: ApplyPlan) -> list[str]:
     for row in rows:
         cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:3])]
         lines.append("  " + "  ".join([*cells, row[3]]).rstrip())
+    lines += _webhook_lines(plan)
     warnings = [(item, w) for item in plan.items for w in item.warnings]
     if warnings:
         lines.append("warnings:")
@@ -158,7 +160,27 @@ def render_plan(plan: ApplyPlan) -> list[str]:
         if plan.dry_run
         else f"created {counts['create']}, updated {counts['update']}, published {published}"
     )
+    hooks = sum(len(item.webhooks) for item in plan.items)
+    if hooks:
+        done += f", {hooks} webhook{'s' if hooks != 1 else ''} changed"
     lines.append(f"{done}; {counts['unchanged']} unchanged")
+    return lines
+
+
+def _webhook_lines(plan: ApplyPlan) -> list[str]:
+    """Subscriptions created or revoked; a created one's signing secret, this once."""
+    changes = [(item.name, change) for item in plan.items for change in item.webhooks]
+    if not changes:
+        return []
+    lines = ["webhooks:"]
+    for agent, change in changes:
+        if plan.dry_run:
+            done = f"would {change.action}"
+        else:
+            done = "created" if change.action == "create" else "revoked"
+        lines.append(f"  agent {agent}: {done} {change.id} {change.url} ({change.format})")
+        if change.secret is not None:
+            lines.append(f"    signing secret (shown once, store it now): {change.secret}")
     return lines
 
 

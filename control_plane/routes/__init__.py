@@ -17,6 +17,7 @@ from control_plane.routes import (
     operations,
     secrets,
     try_it,
+    webhooks,
 )
 from control_plane.routes.workspaces import WorkspaceController, me
 
@@ -28,6 +29,7 @@ route_handlers: list[Any] = [
     *agents.handlers,
     *keys.handlers,
     *secrets.handlers,
+    *webhooks.handlers,
     *egress.handlers,
     *audit.handlers,
     *calls.handlers,

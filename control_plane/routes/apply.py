@@ -17,7 +17,7 @@ from litestar.params import FromQuery, JSONBody
 from litestar.status_codes import HTTP_200_OK
 
 from control_plane.auth import Role
-from control_plane.deps import Caller, CurrentWorkspace, DbConn
+from control_plane.deps import Caller, CrankState, CurrentWorkspace, DbConn
 from control_plane.errors import BadRequest, LintFailed, ValidationFailed
 from control_plane.lint import has_errors
 from control_plane.request_body import BodyLimit
@@ -46,6 +46,7 @@ async def apply_operation_file(
     data: JSONBody[CrankFile],
     conn: DbConn,
     principal: Caller,
+    app_state: CrankState,
     publish: FromQuery[bool] = False,
     dry_run: FromQuery[bool] = False,
 ) -> ApplyPlan:
@@ -55,7 +56,9 @@ async def apply_operation_file(
             code="workspace_mismatch",
             errors=[FieldError("workspace", f"must be {ws.slug!r} or omitted")],
         )
-    plan = await apply_file(conn, ws, principal.actor, data, publish=publish, dry_run=dry_run)
+    plan = await apply_file(
+        conn, ws, principal.actor, data, publish=publish, dry_run=dry_run, box=app_state.box
+    )
     if plan.errors and has_errors(plan.findings):
         raise LintFailed(plan.errors, plan.findings, "the file", outcome="nothing was applied")
     if plan.errors:

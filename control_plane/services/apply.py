@@ -12,7 +12,10 @@
    editor in the UI waits for the apply instead of interleaving with it.
 3. **Write**, operations first, then agents, each through its service, which
    decides what changed by structural equality of the ``spec_to_builtins``
-   forms and writes nothing when nothing changed. The plan reports what the
+   forms and writes nothing when nothing changed. An agent that lists
+   ``webhooks`` gets exactly those subscriptions (``services.webhooks.sync_webhooks``:
+   same URL, events and format are kept; the plan carries a created one's
+   signing secret once, and none in a dry run). The plan reports what the
    services did (a revision that moved is an update, a publish result that
    changed made a version), so it cannot disagree with them.
 
@@ -44,9 +47,16 @@ from control_plane.lint import (
     to_field_errors,
 )
 from control_plane.services import agents, operations
+from control_plane.services.webhooks import WebhookChange, sync_webhooks
+from shared.crypto import SecretBox
 from shared.db import Connection
-from shared.engine.spec import AgentSpec, CrankFile, OperationSpec
-from shared.engine.spec_validation import FieldError, validate_agent, validate_operation
+from shared.engine.spec import CrankFile, FileAgentSpec, OperationSpec, WebhookSpec
+from shared.engine.spec_validation import (
+    FieldError,
+    validate_agent,
+    validate_operation,
+    validate_webhook,
+)
 
 Kind = Literal["operation", "agent"]
 Action = Literal["create", "update", "unchanged"]
@@ -66,6 +76,9 @@ class PlanItem(msgspec.Struct, kw_only=True):
     publish: bool = False  # True: this apply published it (a new version)
     version: int | None = None  # the latest published version after the apply
     warnings: list[PlanWarning] = msgspec.field(default_factory=list)
+    # An agent's webhook subscriptions created or revoked (docs/operation-file.md,
+    # "Webhooks"); a created one's signing secret is here once, never in a dry run.
+    webhooks: list[WebhookChange] = msgspec.field(default_factory=list)
 
 
 class ApplyPlan(msgspec.Struct, kw_only=True):
@@ -127,8 +140,20 @@ def check_file(file: CrankFile) -> list[FieldError]:
     errors += _duplicates("operations", [op.name for op in file.operations], "name")
     for index, agent in enumerate(file.agents):
         errors += [_at(f"agents[{index}]", e) for e in validate_agent(agent)]
+        errors += _webhook_errors(f"agents[{index}]", agent.webhooks or [])
     errors += _duplicates("agents", [agent.slug for agent in file.agents], "slug")
     return errors
+
+
+def _webhook_errors(prefix: str, webhooks: list[WebhookSpec]) -> list[FieldError]:
+    errors: list[FieldError] = []
+    for index, spec in enumerate(webhooks):
+        errors += [_at(f"{prefix}.webhooks[{index}]", e) for e in validate_webhook(spec)]
+    keys = [f"{spec.url} {sorted(spec.events)} {spec.format}" for spec in webhooks]
+    duplicates = _duplicates(f"{prefix}.webhooks", keys, "url")
+    return errors + [
+        FieldError(e.field, "the same subscription is listed twice") for e in duplicates
+    ]
 
 
 def bound_elsewhere(file: CrankFile) -> list[str]:
@@ -218,14 +243,25 @@ async def _apply_operation(
 
 
 async def _apply_agent(
-    conn: Connection, ws: Workspace, actor: str, spec: AgentSpec, *, publish: bool
+    conn: Connection,
+    box: SecretBox | None,
+    ws: Workspace,
+    actor: str,
+    file_spec: FileAgentSpec,
+    *,
+    publish: bool,
 ) -> PlanItem:
+    spec = file_spec.agent()  # the draft; webhooks are resources of their own
     row, action = await _write_draft(
         await agents.get_agent(conn, ws.id, spec.slug),
         lambda: agents.create_agent(conn, ws, actor, spec),
         lambda expected: agents.update_agent_draft(conn, ws, actor, spec.slug, spec, expected),
     )
     item = PlanItem(kind="agent", name=spec.slug, action=action)
+    if file_spec.webhooks is not None:
+        if box is None:  # a caller without the operator's key (the demo seed) cannot seal
+            raise RuntimeError("apply_file needs the SecretBox for a file with webhooks")
+        item.webhooks = await sync_webhooks(conn, box, ws, actor, spec.slug, file_spec.webhooks)
     if publish:
         # A no-op when the published state already equals the draft; the catalog
         # resolves bound operations to their latest versions by itself, so an
@@ -241,7 +277,13 @@ async def _apply_agent(
 
 
 async def _write(
-    conn: Connection, ws: Workspace, actor: str, file: CrankFile, *, publish: bool
+    conn: Connection,
+    box: SecretBox | None,
+    ws: Workspace,
+    actor: str,
+    file: CrankFile,
+    *,
+    publish: bool,
 ) -> list[PlanItem]:
     items: list[PlanItem] = []
     for index, operation in enumerate(file.operations):
@@ -251,7 +293,7 @@ async def _write(
             raise _Rejected(_refusal(f"operations[{index}]", exc)) from None
     for index, agent in enumerate(file.agents):
         try:
-            items.append(await _apply_agent(conn, ws, actor, agent, publish=publish))
+            items.append(await _apply_agent(conn, box, ws, actor, agent, publish=publish))
         except ApiError as exc:
             raise _Rejected(_refusal(f"agents[{index}]", exc)) from None
     return items
@@ -281,6 +323,7 @@ async def apply_file(
     *,
     publish: bool,
     dry_run: bool,
+    box: SecretBox | None = None,
 ) -> ApplyPlan:
     """Apply ``file`` to ``ws`` inside the caller's transaction and report the plan.
 
@@ -301,9 +344,15 @@ async def apply_file(
         return plan
     try:
         async with conn.transaction(force_rollback=dry_run):
-            plan.items = await _write(conn, ws, actor, file, publish=publish)
+            plan.items = await _write(conn, box, ws, actor, file, publish=publish)
     except _Rejected as exc:
         plan.errors = exc.errors
         return plan
-    plan.changed = any(item.action != "unchanged" or item.publish for item in plan.items)
+    if dry_run:  # rolled back: those subscriptions and their secrets do not exist
+        for item in plan.items:
+            for change in item.webhooks:
+                change.secret = None
+    plan.changed = any(
+        item.action != "unchanged" or item.publish or item.webhooks for item in plan.items
+    )
     return plan

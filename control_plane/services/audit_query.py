@@ -64,13 +64,24 @@ def decode_cursor(cursor: str) -> int:
     return last_id
 
 
+def page_start(limit: int, cursor: str | None) -> int | None:
+    """The id a keyset page starts below (None: the newest); raises ValidationFailed
+    for a limit out of range or a cursor this API did not make (the delivery log uses it too)."""
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ValidationFailed([FieldError("limit", f"must be between 1 and {MAX_LIMIT}")])
+    return decode_cursor(cursor) if cursor else None
+
+
+def next_page(rows: list[dict[str, Any]], limit: int) -> str | None:
+    """The cursor after a page read with ``LIMIT limit + 1``; None when it ends the list."""
+    return encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
+
+
 async def list_audit(
     conn: Connection, workspace_id: int, *, limit: int = DEFAULT_LIMIT, cursor: str | None = None
 ) -> AuditPage:
     """One page of the workspace's audit log; raises ValidationFailed for a bad limit or cursor."""
-    if not 1 <= limit <= MAX_LIMIT:
-        raise ValidationFailed([FieldError("limit", f"must be between 1 and {MAX_LIMIT}")])
-    before = decode_cursor(cursor) if cursor else None
+    before = page_start(limit, cursor)
     cur = await conn.execute(
         """SELECT id, at, actor, action, resource_type, resource_name, details
              FROM audit_log
@@ -81,5 +92,4 @@ async def list_audit(
     )
     rows = await cur.fetchall()
     items = [AuditEntry(**row) for row in rows[:limit]]
-    next_cursor = encode_cursor(items[-1].id) if len(rows) > limit else None
-    return AuditPage(items=items, next_cursor=next_cursor)
+    return AuditPage(items=items, next_cursor=next_page(rows, limit))

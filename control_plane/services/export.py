@@ -12,6 +12,9 @@ Two views of a workspace, both in the file format of ``shared.engine.spec``:
 Publish state itself (version numbers, whether a draft differs from its
 version) is not part of the file format, so it is not exported; neither are
 keys, and secrets only appear as the names ``request.auth.secret`` refers to.
+An agent's live webhook subscriptions are exported in both views as
+``webhooks`` (URL, events, format; never a signing secret); an agent without
+any has no ``webhooks`` key, which apply reads as "leave them alone".
 
 An agent binding that the file could not reproduce is dropped: in the
 published view, an operation without a published version (the gateways leave
@@ -41,28 +44,47 @@ from shared.db import Connection
 from shared.engine.spec import (
     AgentSpec,
     CrankFile,
+    FileAgentSpec,
     OperationSpec,
+    WebhookSpec,
     agent_from_builtins,
     operation_from_builtins,
 )
 
 ExportFormat = Literal["yaml", "json"]
 
-_DRAFTS: Final = """
+# Each agent's live webhook subscriptions (url, events, format; never a secret).
+_WEBHOOKS: Final = """
+           (SELECT coalesce(jsonb_object_agg(h.slug, h.hooks), '{}')
+              FROM (SELECT a.slug,
+                           jsonb_agg(jsonb_build_object('url', s.url, 'events', s.events,
+                                                        'format', s.format)
+                                     ORDER BY s.created_at, s.id) AS hooks
+                      FROM webhook_subscriptions s JOIN agents a ON a.id = s.agent_id
+                     WHERE s.workspace_id = %(ws)s AND s.revoked_at IS NULL
+                     GROUP BY a.slug) h) AS webhooks"""
+
+_DRAFTS: Final = (
+    """
     SELECT (SELECT coalesce(jsonb_agg(o.draft ORDER BY o.name), '[]')
               FROM operations o WHERE o.workspace_id = %(ws)s) AS operations,
            (SELECT coalesce(jsonb_agg(a.draft || jsonb_build_object('slug', a.slug)
                                       ORDER BY a.slug), '[]')
-              FROM agents a WHERE a.workspace_id = %(ws)s) AS agents"""
+              FROM agents a WHERE a.workspace_id = %(ws)s) AS agents,"""
+    + _WEBHOOKS
+)
 
-_PUBLISHED: Final = """
+_PUBLISHED: Final = (
+    """
     SELECT (SELECT coalesce(jsonb_agg(v.spec ORDER BY o.name), '[]')
               FROM operations o
               JOIN operation_versions v ON v.operation_id = o.id AND v.version = o.latest_version
              WHERE o.workspace_id = %(ws)s) AS operations,
            (SELECT coalesce(jsonb_agg(a.published || jsonb_build_object('slug', a.slug)
                                       ORDER BY a.slug), '[]')
-              FROM agents a WHERE a.workspace_id = %(ws)s AND a.published IS NOT NULL) AS agents"""
+              FROM agents a WHERE a.workspace_id = %(ws)s AND a.published IS NOT NULL) AS agents,"""
+    + _WEBHOOKS
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,13 +124,19 @@ async def export_workspace(conn: Connection, ws: Workspace, *, published: bool) 
         _decode(operation_from_builtins, "operation", "name", value) for value in row["operations"]
     ]
     known = {op.name for op in operations}
-    agents: list[AgentSpec] = []
+    agents: list[FileAgentSpec] = []
     dropped: list[DroppedBinding] = []
     for value in row["agents"]:
         agent = _decode(agent_from_builtins, "agent", "slug", value)
         dropped += [DroppedBinding(agent.slug, n) for n in agent.operations if n not in known]
         kept = [name for name in agent.operations if name in known]
-        agents.append(msgspec.structs.replace(agent, operations=kept))
+        hooks = row["webhooks"].get(agent.slug)
+        agents.append(
+            FileAgentSpec(
+                **msgspec.structs.asdict(msgspec.structs.replace(agent, operations=kept)),
+                webhooks=None if hooks is None else msgspec.convert(hooks, list[WebhookSpec]),
+            )
+        )
     return Export(CrankFile(workspace=ws.slug, operations=operations, agents=agents), dropped)
 
 

@@ -38,6 +38,7 @@ from psycopg_pool import AsyncConnectionPool
 from mcp_gateway.approvals import leases
 from mcp_gateway.approvals.leases import Claimed
 from mcp_gateway.catalog.snapshot import Snapshot
+from mcp_gateway.catalog.workspace_state import WorkspaceState
 from mcp_gateway.pipeline.accounting import account_call
 from mcp_gateway.request_ids import new_request_id
 from mcp_gateway.upkeep.call_log import CallLogWriter
@@ -52,8 +53,6 @@ from shared.engine.request_builder import BuiltRequest
 from shared.engine.spec import operation_from_builtins
 from shared.engine.upstream import UpstreamCall
 from shared.periodic import EXPECTED
-from shared.secrets import load_secrets
-from shared.workspace_egress import load_egress
 
 log = structlog.get_logger(__name__)
 
@@ -167,7 +166,7 @@ class Performer:
         self._pool = pool
         self._executor = executor
         self._snapshot = snapshot
-        self._box = box
+        self._workspace = WorkspaceState(pool, snapshot, box)
         self._call_log = call_log
         self._language: Language = language
         self._cache = _Cache()
@@ -252,20 +251,10 @@ class Performer:
 
     async def _egress(self, row: Claimed) -> EgressPolicy:
         """The workspace's current egress policy: the snapshot's, else the database's."""
-        agent = self._snapshot().agents_by_id.get(row.agent_id)
-        if agent is not None and agent.workspace_id == row.workspace_id:
-            return agent.egress
-        async with self._pool.connection() as conn:
-            return await load_egress(conn, row.workspace_id)
+        return await self._workspace.egress(row.agent_id, row.workspace_id)
 
     async def _secrets(self, row: Claimed, compiled: CompiledOperation) -> Mapping[str, str]:
         """The workspace's current secrets: the snapshot's, else opened from the database."""
         if compiled.spec.request.auth is None:
             return {}
-        agent = self._snapshot().agents_by_id.get(row.agent_id)
-        if agent is not None and agent.published and agent.workspace_id == row.workspace_id:
-            return agent.secrets
-        if self._box is None:
-            return {}
-        async with self._pool.connection() as conn:
-            return await load_secrets(conn, self._box, row.workspace_id)
+        return await self._workspace.secrets(row.agent_id, row.workspace_id)

@@ -70,6 +70,13 @@ CALL_LOG_DROPPED = Counter(
     "Call log rows dropped because the buffer was full or the database refused a batch.",
     registry=REGISTRY,
 )
+# ``outcome``: delivered, retry or failed (mcp_gateway.webhooks.deliverer).
+WEBHOOK_ATTEMPTS = Counter(
+    "crank_webhook_attempts_total",
+    "Webhook delivery attempts by outcome: delivered, retry (tried again later) or failed.",
+    ["outcome"],
+    registry=REGISTRY,
+)
 
 
 def agent_label(workspace: str, agent: str) -> str:

@@ -1,15 +1,16 @@
-"""Prune what only grows: old call log and audit rows, finished approvals,
-expired session ends.
+"""Prune what only grows: old call log and audit rows, finished approvals and
+webhook deliveries, expired session ends.
 
 Every gateway process runs the loop; a Postgres advisory lock lets one of
 them work at a time, and the others skip that round. Rows go in batches of
 ``BATCH`` so no delete holds locks or bloats WAL for long, with a bounded
 number of batches per round (the next round carries on).
 Retention periods: ``CRANK_CALL_LOG_RETENTION_DAYS`` and
-``CRANK_AUDIT_LOG_RETENTION_DAYS`` and ``CRANK_APPROVALS_RETENTION_DAYS``
-(0 keeps rows forever; an approval counts from when it finished, and active
-ones are never pruned, nor finished ones whose outcome a repeat call may still
-get, see ``CRANK_APPROVAL_OUTCOME_RETENTION_S``); a session end is
+``CRANK_AUDIT_LOG_RETENTION_DAYS``, ``CRANK_APPROVALS_RETENTION_DAYS`` and
+``CRANK_WEBHOOK_RETENTION_DAYS`` (0 keeps rows forever; an approval or a
+webhook delivery counts from when it finished, and active ones are never
+pruned, nor finished approvals whose outcome a repeat call may still get, see
+``CRANK_APPROVAL_OUTCOME_RETENTION_S``); a session end is
 kept until the session would have expired anyway, a used confirmation token
 until the token expires, an idempotency record until its ``expires_at``
 (``CRANK_IDEMPOTENCY_RETENTION_S`` after it was claimed or completed).
@@ -63,6 +64,12 @@ def rules(settings: Settings) -> list[Rule]:
             f" AND (delivered_at IS NOT NULL OR {FINISHED_AT}"
             f" < now() - make_interval(secs => {int(settings.approval_outcome_retention_s)}))",
             settings.approvals_retention_days,
+        ),
+        # Delivered and failed webhook deliveries: the delivery log keeps them this long.
+        Rule(
+            "webhook_deliveries",
+            "status IN ('delivered', 'failed') AND finished_at < now() - make_interval(days => %s)",
+            settings.webhook_retention_days,
         ),
         Rule("mcp_session_terminations", "expires_at < now()", None),
         # A used token past its expiry is refused for being expired anyway.

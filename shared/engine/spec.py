@@ -7,7 +7,7 @@ values here are the documented defaults of the format.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -146,12 +146,42 @@ class AgentSpec(_Spec, kw_only=True):
     rate_limit: RateLimit | None = None
 
 
+WEBHOOK_EVENTS: Final = (
+    "approval.created",
+    "approval.decided",
+    "approval.completed",
+    "approval.failed",
+    "approval.expired",
+)
+WEBHOOK_FORMATS: Final = ("standard", "slack")
+
+
+class WebhookSpec(_Spec, kw_only=True):
+    """A webhook subscription as the admin API and the operation file take it; its
+    signing secret is made by Crank, never given (docs/architecture.md, "Webhooks")."""
+
+    url: str
+    events: list[str] = msgspec.field(default_factory=lambda: list(WEBHOOK_EVENTS))
+    format: str = "standard"
+
+
+class FileAgentSpec(AgentSpec, kw_only=True):
+    """An agent as the operation file holds it: the agent's draft and, when given, the
+    webhook subscriptions ``crank apply`` keeps it to. ``webhooks`` is not part of the
+    agent's draft (subscriptions are resources of their own): ``agent()`` is."""
+
+    webhooks: list[WebhookSpec] | None = None  # None: apply leaves subscriptions alone
+
+    def agent(self) -> AgentSpec:
+        return AgentSpec(**{name: getattr(self, name) for name in AgentSpec.__struct_fields__})
+
+
 class CrankFile(_Spec, kw_only=True):
     """The whole operation file ``crank apply`` reads: operations and agents of one workspace."""
 
     workspace: str | None = None  # None: the workspace named by the API path or --workspace
     operations: list[OperationSpec] = msgspec.field(default_factory=list)
-    agents: list[AgentSpec] = msgspec.field(default_factory=list)
+    agents: list[FileAgentSpec] = msgspec.field(default_factory=list)
 
 
 def spec_to_builtins(spec: msgspec.Struct) -> dict[str, Any]:

@@ -28,7 +28,16 @@ from shared.engine.credentials import static_credentials
 from shared.engine.request_builder import forms_dot_segment
 from shared.engine.schema_keywords import SCHEMA_CHECK_FORMAT_CHECKER, UNEVALUATED_WITH_PATTERNS
 from shared.engine.schema_patterns import pattern_problem
-from shared.engine.spec import AgentSpec, AuthSpec, OperationSpec, RequestSpec, SecretRef
+from shared.engine.spec import (
+    WEBHOOK_EVENTS,
+    WEBHOOK_FORMATS,
+    AgentSpec,
+    AuthSpec,
+    OperationSpec,
+    RequestSpec,
+    SecretRef,
+    WebhookSpec,
+)
 
 if TYPE_CHECKING:
     from referencing._core import Resolver  # not re-exported at the top level
@@ -554,4 +563,46 @@ def validate_agent(spec: AgentSpec) -> list[FieldError]:
             errors.append(FieldError("rate_limit.requests", "must be at least 1"))
         if not 1 <= spec.rate_limit.per_seconds <= 86400:
             errors.append(FieldError("rate_limit.per_seconds", "must be between 1 and 86400"))
+    return errors
+
+
+MAX_WEBHOOK_URL_CHARS = 2048
+
+
+def _webhook_url_problem(raw: str) -> str | None:
+    if len(raw) > MAX_WEBHOOK_URL_CHARS:
+        return f"at most {MAX_WEBHOOK_URL_CHARS} characters"
+    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in raw):
+        return "no spaces or control characters"
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018 - parses the port, raising on a bad one
+    except ValueError:
+        return "not a URL"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "an absolute http or https URL, e.g. https://hooks.example.com/crank"
+    if parts.username is not None or parts.password is not None:
+        return "no user or password in the URL; the signature authenticates Crank"
+    if parts.fragment or raw.endswith("#"):
+        return "no #fragment"
+    return None
+
+
+def validate_webhook(spec: WebhookSpec) -> list[FieldError]:
+    """Every problem with a webhook subscription; fields relative to it (``events[1]``)."""
+    errors: list[FieldError] = []
+    url_problem = _webhook_url_problem(spec.url)
+    if url_problem:
+        errors.append(FieldError("url", url_problem))
+    if not spec.events:
+        errors.append(FieldError("events", "name at least one event"))
+    for index, event in enumerate(spec.events):
+        if event not in WEBHOOK_EVENTS:
+            errors.append(
+                FieldError(f"events[{index}]", f"must be one of {', '.join(WEBHOOK_EVENTS)}")
+            )
+    if len(set(spec.events)) != len(spec.events):
+        errors.append(FieldError("events", "an event is named twice"))
+    if spec.format not in WEBHOOK_FORMATS:
+        errors.append(FieldError("format", f"must be one of {', '.join(WEBHOOK_FORMATS)}"))
     return errors

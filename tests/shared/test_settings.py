@@ -39,6 +39,11 @@ def test_lists_and_booleans_are_parsed() -> None:
         ("CRANK_MAX_BODY_BYTES", "0"),
         ("CRANK_MAX_DOCUMENT_BYTES", "-1"),
         ("CRANK_MAX_DOCUMENT_BYTES", str(2 << 30)),
+        ("CRANK_PUBLIC_URL", "crank.example.com"),
+        ("CRANK_PUBLIC_URL", "https://crank.example.com/approvals?x=1"),
+        ("CRANK_WEBHOOK_RETRY_BASE_MS", "0"),
+        ("CRANK_WEBHOOK_MAX_AGE_S", "0"),
+        ("CRANK_WEBHOOK_RETENTION_DAYS", "-1"),
     ],
 )
 def test_bad_values_are_clear_errors(name: str, value: str) -> None:
@@ -56,3 +61,10 @@ def test_the_hostile_input_bounds_have_their_documented_defaults() -> None:
     assert (settings.key_lookup_limit, settings.key_lookup_limit_per_address) == ("20/1", "5/10")
     assert (settings.mcp_max_batch_items, settings.mcp_max_batch_answer_bytes) == (100, 4_194_304)
     assert settings.trusted_proxies == ("10.0.0.0/8", "192.0.2.7")
+
+
+def test_webhook_settings_default_to_a_day_of_retries_from_five_seconds() -> None:
+    settings = load_settings({"CRANK_PUBLIC_URL": "https://crank.example.com/"})
+    assert settings.public_url == "https://crank.example.com/"
+    assert (settings.webhook_retry_base_ms, settings.webhook_max_age_s) == (5000, 86400)
+    assert settings.webhook_retention_days == 30

@@ -64,10 +64,18 @@ SAMPLE_BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/lint"): {"operations": [{**OPERATION, "name": "op4"}]},
     ("PUT", "/egress/hosts"): {"hosts": ["api.example.com"]},
     ("PUT", "/egress/grants"): {"grants": ["10.0.0.5:8080"]},
+    ("POST", "/agents/{agent:str}/webhooks"): {"url": "https://hooks.example.com/crank"},
 }
 # POST routes that only read (a body too big for a query string): viewers may call them.
 READ_ONLY_POSTS = {("POST", "/lint")}
-PATH_VALUES = {"name": "op", "slug": "ag", "version": "1", "key_id": None}
+PATH_VALUES = {
+    "name": "op",
+    "slug": "ag",
+    "agent": "ag",
+    "version": "1",
+    "key_id": None,
+    "webhook_id": None,
+}
 WORKSPACE_PREFIX = "/api/v1/workspaces/{workspace:str}"
 
 
@@ -94,16 +102,21 @@ async def seed_workspace_b(client: Client, admin: str) -> dict[str, str]:
     await client.post(f"{base}/agents/ag/publish", headers=auth(admin, agent.headers["etag"]))
     key = await client.post(f"{base}/keys", json={"agent": "ag"}, headers=h)
     await client.put(f"{base}/secrets/S", json={"value": "v"}, headers=h)
+    hook = await client.post(
+        f"{base}/agents/ag/webhooks", json={"url": "https://hooks.example.com/b"}, headers=h
+    )
     assert key.is_success
+    assert hook.is_success
     return {
         "key_id": str(key.json()["id"]),
+        "webhook_id": hook.json()["id"],
         "op_etag": op.headers["etag"],
         "agent_etag": agent.headers["etag"],
     }
 
 
 def concrete(path: str, seeded: dict[str, str]) -> str:
-    values = {**PATH_VALUES, "key_id": seeded["key_id"]}
+    values = {**PATH_VALUES, "key_id": seeded["key_id"], "webhook_id": seeded["webhook_id"]}
     for name, value in values.items():
         for kind in ("str", "int"):
             path = path.replace(f"{{{name}:{kind}}}", str(value))
@@ -142,7 +155,8 @@ def state_of(database_url: str) -> tuple[Any, ...]:
             "SELECT (SELECT version FROM catalog_state), (SELECT count(*) FROM audit_log),"
             " (SELECT count(*) FROM api_keys WHERE revoked_at IS NULL),"
             " (SELECT sum(revision) FROM operations), (SELECT sum(revision) FROM agents),"
-            " (SELECT sum(egress_revision) FROM workspaces)"
+            " (SELECT sum(egress_revision) FROM workspaces),"
+            " (SELECT count(*) FROM webhook_subscriptions WHERE revoked_at IS NULL)"
         ).fetchone()
     assert row is not None
     return tuple(row)

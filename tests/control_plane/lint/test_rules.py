@@ -23,7 +23,7 @@ from control_plane.lint import (
 )
 from control_plane.lint.findings import MAX_TOOLS_ACCEPTED, MAX_TOOLS_ADVISED
 from control_plane.services.apply import check_file
-from shared.engine.spec import AgentSpec, CrankFile, OperationSpec
+from shared.engine.spec import CrankFile, FileAgentSpec, OperationSpec
 from tests.support.paths import DOCS_DIR
 
 DOCS = DOCS_DIR
@@ -474,8 +474,8 @@ def tools(count: int) -> dict[str, OperationSpec]:
     }
 
 
-def agent(names: list[str]) -> AgentSpec:
-    return AgentSpec(slug="support", operations=names)
+def agent(names: list[str]) -> FileAgentSpec:
+    return FileAgentSpec(slug="support", operations=names)
 
 
 def test_agent_with_a_few_distinct_tools_has_no_findings() -> None:

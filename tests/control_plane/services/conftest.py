@@ -1,4 +1,5 @@
-"""Workspace ``acme``, made straight in the database, as the services tests take it."""
+"""Workspace ``acme``: made straight in the database (``ws``), or through the API by an
+instance admin (``acme``, whose value is that admin's token)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import pytest
 
 from control_plane.auth import Role, Workspace
 from shared.db import connect
+from tests.support.api import Client, auth
 
 
 @pytest.fixture
@@ -16,3 +18,12 @@ async def ws(database_url: str) -> Workspace:
         assert row is not None
         await conn.commit()
     return Workspace(id=row["id"], slug="acme", title="", role=Role.EDITOR)
+
+
+@pytest.fixture
+async def acme(client: Client, admin_token: str) -> str:
+    response = await client.post(
+        "/api/v1/workspaces", json={"slug": "acme"}, headers=auth(admin_token)
+    )
+    assert response.status_code == 201, response.text
+    return admin_token

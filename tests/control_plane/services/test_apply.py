@@ -17,15 +17,6 @@ from tests.support.api import Client, auth, make_token
 from tests.support.crank_files import APPLY, crank_file, delete_operation, rates_operation, snapshot
 
 
-@pytest.fixture
-async def acme(client: Client, admin_token: str) -> str:
-    response = await client.post(
-        "/api/v1/workspaces", json={"slug": "acme"}, headers=auth(admin_token)
-    )
-    assert response.status_code == 201, response.text
-    return admin_token
-
-
 def actions(plan: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
     return [(i["kind"], i["name"], i["action"], i["publish"]) for i in plan["items"]]
 

@@ -26,6 +26,7 @@ BACKGROUND_TASKS = (
     "retention",
     "snapshot_listen",
     "snapshot_poll",
+    "webhook_deliveries",
 )
 
 

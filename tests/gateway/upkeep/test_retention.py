@@ -74,6 +74,7 @@ async def test_rows_past_their_retention_are_deleted_and_the_rest_kept(
         "call_log": 2,
         "audit_log": 1,
         "approvals": 0,  # gateway/approvals/test_sql.py: finished approvals by when they finished
+        "webhook_deliveries": 0,
         "mcp_session_terminations": 1,
         "confirmation_uses": 0,
         "idempotency_records": 0,
@@ -83,6 +84,7 @@ async def test_rows_past_their_retention_are_deleted_and_the_rest_kept(
         "call_log": 0,
         "audit_log": 0,
         "approvals": 0,
+        "webhook_deliveries": 0,
         "mcp_session_terminations": 0,
         "confirmation_uses": 0,
         "idempotency_records": 0,
@@ -93,7 +95,12 @@ async def test_zero_days_keeps_rows_forever(pool: AsyncConnectionPool[Connection
     await seed(pool)
     pruned = await prune_once(
         pool,
-        Settings(call_log_retention_days=0, audit_log_retention_days=0, approvals_retention_days=0),
+        Settings(
+            call_log_retention_days=0,
+            audit_log_retention_days=0,
+            approvals_retention_days=0,
+            webhook_retention_days=0,
+        ),
     )
     assert pruned == {
         "mcp_session_terminations": 1,
@@ -101,6 +108,39 @@ async def test_zero_days_keeps_rows_forever(pool: AsyncConnectionPool[Connection
         "idempotency_records": 0,
     }
     assert await counts(pool) == {"call_log": 4, "audit_log": 4, "terminations": 1}
+
+
+async def test_finished_webhook_deliveries_go_after_their_period_and_unsent_ones_stay(
+    pool: AsyncConnectionPool[Connection],
+) -> None:
+    async with pool.connection() as conn:
+        await conn.execute(
+            """WITH ws AS (INSERT INTO workspaces (slug) VALUES ('w') RETURNING id),
+                    ag AS (INSERT INTO agents (workspace_id, slug, draft)
+                           SELECT id, 'a', '{}' FROM ws RETURNING id, workspace_id)
+               INSERT INTO webhook_subscriptions (id, workspace_id, agent_id, url, events, format,
+                                                  ciphertext, nonce, key_id, created_by)
+               SELECT 'whsub_1', workspace_id, id, 'https://hooks.example.com/',
+                      '{approval.created}', 'standard', '', '', 'k', 't' FROM ag"""
+        )
+        # (status, finished days ago): only the finished ones past 30 days go.
+        rows = [("delivered", 31), ("failed", 31), ("delivered", 29), ("pending", None)]
+        for n, (status, days) in enumerate(rows):
+            await conn.execute(
+                """INSERT INTO webhook_deliveries (webhook_id, subscription_id, workspace_id,
+                          agent_id, approval_id, event, payload, status, created_at, finished_at)
+                   SELECT %s, 'whsub_1', workspace_id, agent_id, 'approval_x', 'approval.created',
+                          '{}', %s, now() - interval '40 days',
+                          now() - make_interval(days => %s)
+                     FROM webhook_subscriptions""",
+                (f"msg_{n}", status, days),
+            )
+    pruned = await prune_once(pool, Settings(webhook_retention_days=30))
+    assert pruned is not None
+    assert pruned["webhook_deliveries"] == 2
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT webhook_id FROM webhook_deliveries ORDER BY webhook_id")
+        assert [row["webhook_id"] for row in await cur.fetchall()] == ["msg_2", "msg_3"]
 
 
 async def test_large_backlogs_go_in_batches(

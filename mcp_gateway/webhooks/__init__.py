@@ -1,0 +1,1 @@
+"""Signed webhooks: approvers are told (docs/architecture.md, "Webhooks")."""

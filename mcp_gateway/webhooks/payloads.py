@@ -1,0 +1,103 @@
+"""What a webhook delivery says, in the subscription's format
+(docs/mcp-interface.md, "Approvers are told").
+
+``standard``: ``{type, timestamp, data: {approval_id, workspace, agent, tool,
+version, status, decided_by, note, arguments, approval_url}}``. ``slack``: a
+Slack-compatible message, ``{text, blocks}``, naming the tool, its arguments,
+the agent that asked and a link to the approval. Either way every string of
+the event (arguments, the approver's note) is masked with the workspace's
+secrets first (shared.engine.masking), so no secret value leaves in a payload;
+a payload never carries a secret of its own either (the signing secret only
+signs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from mcp_gateway.approvals.requests import path_prefix
+from shared.engine.masking import Masker
+
+SLACK_ARGUMENTS_CHARS = 2800  # a Slack section's text holds at most 3000 characters
+
+_encoder = msgspec.json.Encoder(order="sorted")
+
+_HEADLINES = {
+    "approval.created": "asks for approval",
+    "approval.decided": "was decided",
+    "approval.completed": "completed",
+    "approval.failed": "failed",
+    "approval.expired": "expired unanswered",
+}
+
+
+def approval_url(public_url: str, prefix: str, event: dict[str, Any]) -> str:
+    """The approval's URL on the gateway: absolute behind ``CRANK_PUBLIC_URL``, else
+    the server path that ``approval_required`` answers."""
+    path = (
+        f"{path_prefix(prefix)}/v1/{event['workspace']}/{event['agent']}"
+        f"/approvals/{event['approval_id']}"
+    )
+    return public_url.rstrip("/") + path
+
+
+def event_data(event: dict[str, Any], masker: Masker, url: str) -> dict[str, Any]:
+    """The ``data`` object of one event, masked."""
+    data = {
+        "approval_id": event["approval_id"],
+        "workspace": event["workspace"],
+        "agent": event["agent"],
+        "tool": event["tool"],
+        "version": event["version"],
+        "status": event["status"],
+        "decided_by": event.get("decided_by"),
+        "note": event.get("note"),
+        "arguments": event.get("arguments", {}),
+        "approval_url": url,
+    }
+    masked: dict[str, Any] = masker.value(data)
+    return masked
+
+
+def render(kind: str, event_type: str, event: dict[str, Any], masker: Masker, url: str) -> bytes:
+    """The body of a delivery of ``event_type`` in format ``kind``."""
+    data = event_data(event, masker, url)
+    if kind == "slack":
+        return _encoder.encode(slack_message(event_type, data))
+    return _encoder.encode({"type": event_type, "timestamp": event["timestamp"], "data": data})
+
+
+def _escaped(text: str) -> str:
+    """Slack's mrkdwn control characters, escaped as Slack asks."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def slack_message(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
+    headline = _HEADLINES.get(event_type, event_type)
+    tool = _escaped(f"{data['tool']} v{data['version']}")
+    asker = _escaped(f"{data['workspace']}/{data['agent']}")
+    text = f"Crank: {tool} {headline} (agent {asker}, status {data['status']})"
+    arguments = msgspec.json.format(_encoder.encode(data["arguments"]), indent=2).decode()
+    if len(arguments) > SLACK_ARGUMENTS_CHARS:
+        arguments = arguments[: SLACK_ARGUMENTS_CHARS - 1] + "…"
+    url = str(data["approval_url"])
+    link = f"<{url}|{_escaped(str(data['approval_id']))}>" if "://" in url else _escaped(url)
+    details = [f"*Agent:* {asker}", f"*Status:* {_escaped(str(data['status']))}"]
+    if data.get("decided_by"):
+        details.append(f"*Decided by:* {_escaped(str(data['decided_by']))}…")
+    if data.get("note"):
+        details.append(f"*Note:* {_escaped(str(data['note']))}")
+    details.append(f"*Approval:* {link}")
+    return {
+        "text": text,
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": f"*{tool}* {headline}"}},
+            {
+                "type": "section",
+                "text": {"type": "mrkdwn", "text": f"```{_escaped(arguments)}```"},
+            },
+            {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(details)}},
+        ],
+    }
