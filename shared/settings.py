@@ -51,6 +51,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     approval_workers: int = 8  # approved calls one gateway process runs at once
     approval_shutdown_grace_s: int = 10  # on SIGTERM, running approved calls may finish this long
     confirmation_ttl_s: int = 300  # a DELETE confirmation token is valid this long
+    elicitation_ttl_s: int = 300  # a human has this long to answer a DELETE confirmation form
     idempotency_retention_s: int = 86400  # how long a completed idempotent call is replayed
     allow_private_upstreams: bool = False
     upstream_allowlist: tuple[str, ...] = ()
@@ -158,7 +159,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise SettingsError("CRANK_MCP_MAX_BATCH_ANSWER_BYTES must be between 65536 and 1073741824")
     if not 100 <= settings.call_log_flush_ms <= 60_000:
         raise SettingsError("CRANK_CALL_LOG_FLUSH_MS must be between 100 and 60000")
-    for name in ("approval_ttl_s", "confirmation_ttl_s", "idempotency_retention_s"):
+    for name in (
+        "approval_ttl_s",
+        "confirmation_ttl_s",
+        "elicitation_ttl_s",
+        "idempotency_retention_s",
+    ):
         if not 1 <= getattr(settings, name) <= 31_536_000:
             raise SettingsError(f"CRANK_{name.upper()} must be between 1 and 31536000")
     if not 1 <= settings.approval_max_attempts <= 100:

@@ -30,7 +30,7 @@ from typing import Any
 import structlog
 
 from mcp_gateway.catalog.snapshot import Tool
-from mcp_gateway.pipeline.confirmation_tokens import InvalidToken, Reason
+from mcp_gateway.pipeline.confirmation_tokens import InvalidToken, Reason, TokenUse
 from mcp_gateway.pipeline.context import ToolCallContext
 from shared.engine.canonical import arguments_hash
 from shared.engine.errors import Language, ToolError, confirmation_required
@@ -45,8 +45,27 @@ RETURNING true AS first
 """
 
 
-def _invalid(reason: Reason, language: Language) -> ToolError:
+def invalid(reason: Reason, language: Language) -> ToolError:
     return ToolError.of("confirmation_invalid", language=language, details={"reason": reason})
+
+
+def bound_to(ctx: ToolCallContext, tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
+    """What a confirmation is issued for and checked against: this agent, operation
+    version and these validated arguments (without the token)."""
+    return {
+        "agent_id": ctx.agent.id,
+        "operation_id": tool.operation_id,
+        "version": tool.version,
+        "digest": arguments_hash(arguments),
+    }
+
+
+async def mark_used(ctx: ToolCallContext, use: TokenUse) -> bool:
+    """Record the use of a verified token or request state; False when any replica
+    recorded it before (docs/architecture.md, "DELETE confirmation")."""
+    async with ctx.pool.connection() as conn:
+        cur = await conn.execute(_USE, (use.token_hash, use.expires_at))
+        return await cur.fetchone() is not None
 
 
 async def check(
@@ -59,12 +78,7 @@ async def check(
     ``arguments`` are the validated arguments, without the token."""
     signer = ctx.confirmations
     language = ctx.language
-    context: dict[str, Any] = {
-        "agent_id": ctx.agent.id,
-        "operation_id": tool.operation_id,
-        "version": tool.version,
-        "digest": arguments_hash(arguments),
-    }
+    context = bound_to(ctx, tool, arguments)
     if token is None:
         log.info("confirmation_issued", tool=tool.name, version=tool.version)
         raise confirmation_required(signer.issue(**context), language=language)
@@ -72,11 +86,8 @@ async def check(
         use = signer.verify(token, **context)
     except InvalidToken as exc:
         log.info("confirmation_refused", tool=tool.name, reason=exc.reason)
-        raise _invalid(exc.reason, language) from None
-    async with ctx.pool.connection() as conn:
-        cur = await conn.execute(_USE, (use.token_hash, use.expires_at))
-        first = await cur.fetchone()
-    if first is None:
+        raise invalid(exc.reason, language) from None
+    if not await mark_used(ctx, use):
         log.info("confirmation_refused", tool=tool.name, reason="used")
-        raise _invalid("used", language)
+        raise invalid("used", language)
     log.info("confirmation_accepted", tool=tool.name, version=tool.version)
