@@ -14,6 +14,10 @@ Using a token inserts the SHA-256 of its bytes into ``confirmation_uses``
 any replicas exactly one gets the row and executes. The row carries the
 token's expiry and is pruned after it (mcp_gateway.upkeep.retention).
 
+A 2026-07-28 client that declares elicitation is asked through its user
+instead and never gets a token (mcp_gateway.pipeline.elicitation); it shares
+``bound_to``, ``mark_used`` and ``invalid`` with this gate.
+
 A token that is malformed, forged, issued for another agent, operation,
 version or other arguments, expired (``CRANK_CONFIRMATION_TTL_S``, 300 s by
 default) or already used answers ``confirmation_invalid``, whose suggested
