@@ -17,9 +17,8 @@ Every test uses its own order ids, so the counts of one test are its own.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -27,7 +26,6 @@ import httpx2
 import mcp_types
 import psycopg
 import pytest
-from aiohttp import web
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from mcp import Client as McpClient
@@ -40,6 +38,7 @@ from tests.support.api import auth, grant_egress, make_token
 from tests.support.db import database_url_for, reset_database
 from tests.support.gateway import Gateway, run_gateway, serve_upstream
 from tests.support.mcp import META, VERSION, modern
+from tests.support.orders import OrdersUpstream, order_operation
 from tests.support.tool_calls import (
     BASE,
     assert_tool_error,
@@ -53,7 +52,6 @@ from tests.support.tool_calls import (
 
 PATH = "/mcp/v1/default/ops"
 TOKEN_PATH = "/mcp/v1/default/ops-token"
-ORDER_ID = {"type": "string", "pattern": "^[a-z0-9-]{1,80}$", "description": "Order id"}
 SECRET = "elicitation-secret-value-0123456789"
 B_TTL_S = 2  # gateway B's CRANK_ELICITATION_TTL_S, to see a state expire
 ELICITING = {
@@ -63,36 +61,10 @@ ELICITING = {
 
 
 @dataclass
-class Upstream:
-    hits: Counter[str] = field(default_factory=Counter)  # "METHOD /path" -> requests
-
-    async def handle(self, request: web.Request) -> web.Response:
-        self.hits[f"{request.method} {request.path}"] += 1
-        return web.json_response({"id": request.match_info["order_id"], "deleted": True})
-
-
-def _op(name: str, method: str, url: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "description": f"Changes one test order ({name}). Use when a test asks for it.",
-        "input": {
-            "type": "object",
-            "properties": {"order_id": ORDER_ID},
-            "required": ["order_id"],
-            "additionalProperties": False,
-        },
-        "request": {"method": method, "url": url},
-        "response": {"select": "{order_id: id, deleted: deleted}"},
-        "execution_config": {"timeout_ms": 3000, "retries": 0},
-        **extra,
-    }
-
-
-@dataclass
 class World:
     a: Gateway
     b: Gateway
-    upstream: Upstream
+    upstream: OrdersUpstream
     key: str  # agent ops (confirmation_mode auto)
     second_key: str  # another key of ops
     token_key: str  # agent ops-token (confirmation_mode token)
@@ -149,14 +121,11 @@ async def world(
     url = database_url_for(pg_server_url, run_database)
     with psycopg.connect(url, autocommit=True) as conn:
         reset_database(conn, run_database)
-    upstream = Upstream()
-    server_app = web.Application()
-    server_app.router.add_route("*", "/{kind}/{order_id}", upstream.handle)
-    server_app.router.add_route("*", "/{kind}/{order_id}/archive", upstream.handle)
-    async with serve_upstream(server_app) as port:
+    upstream = OrdersUpstream()
+    async with serve_upstream(upstream.app(), upstream.port) as port:
         up = f"http://127.0.0.1:{port}"
         specs = [
-            _op(
+            order_operation(
                 "delete_order",
                 "DELETE",
                 f"{up}/orders/{{order_id}}",
@@ -167,7 +136,7 @@ async def world(
                     "auth": {"type": "bearer", "secret": "SHOP_TOKEN"},
                 },
             ),
-            _op(
+            order_operation(
                 "archive_order",
                 "POST",
                 f"{up}/orders/{{order_id}}/archive",
