@@ -33,10 +33,11 @@ from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_gateway.pipeline.elicitation import REQUEST_KEY
+from shared.db import connect
 from shared.engine.errors import suggested_action
 from tests.support.api import auth, grant_egress, make_token
 from tests.support.db import database_url_for, reset_database
-from tests.support.gateway import Gateway, run_gateway, serve_upstream
+from tests.support.gateway import Gateway, run_gateway, serve_upstream, wait_until
 from tests.support.mcp import META, VERSION, modern
 from tests.support.orders import OrdersUpstream, order_operation
 from tests.support.tool_calls import (
@@ -62,6 +63,7 @@ ELICITING = {
 
 @dataclass
 class World:
+    url: str  # the database
     a: Gateway
     b: Gateway
     upstream: OrdersUpstream
@@ -142,6 +144,13 @@ async def world(
                 f"{up}/orders/{{order_id}}/archive",
                 safety={"approval": False, "confirmation": True},
             ),
+            order_operation("delete_note", "DELETE", f"{up}/notes/{{order_id}}"),
+            order_operation(
+                "delete_invoice",
+                "DELETE",
+                f"{up}/invoices/{{order_id}}",
+                safety={"approval": True, "confirmation": "auto"},
+            ),
         ]
         admin = await make_token(url, "admin")
         async with AsyncTestClient(app=app) as client:
@@ -169,7 +178,7 @@ async def world(
             run_gateway(url, tmp, extra_env=env | {"CRANK_ELICITATION_TTL_S": str(B_TTL_S)}) as b,
             httpx.AsyncClient(timeout=30) as http,
         ):
-            yield World(a, b, upstream, key, second_key, token_key, admin, http)
+            yield World(url, a, b, upstream, key, second_key, token_key, admin, http)
 
 
 async def _publish_token_agent(client: Any, admin: str) -> str:
@@ -519,3 +528,57 @@ async def test_the_agent_setting_is_in_the_api_and_the_export(world: World, app:
         refused = await client.post(f"{BASE}/agents", json=bad, headers=h)
         assert refused.status_code == 400, refused.text
         assert "confirmation_mode" in refused.text
+
+
+async def test_accept_leads_on_to_the_approval_gate(world: World) -> None:
+    """The gate order: validate → confirmation (here the human) → approval."""
+    args = {"order_id": "approve-me"}
+    state = (await world.ask("delete_invoice", args))["requestState"]
+    pending = await world.answer("delete_invoice", args, state, "accept")
+    assert pending["isError"] is False, pending
+    assert pending["structuredContent"]["status"] == "approval_required"
+    assert pending["structuredContent"]["approval_id"]
+    assert world.hits("approve-me") == 0  # the approver decides first
+
+
+async def test_the_call_log_records_each_step(world: World) -> None:
+    args = {"order_id": "logged"}
+    state = (await world.ask("delete_note", args))["requestState"]
+    await world.answer("delete_note", args, state, "decline")
+    state = (await world.ask("delete_note", args))["requestState"]
+    assert (await world.answer("delete_note", args, state, "accept"))["isError"] is False
+    await world.answer("delete_note", args, state, "accept")
+    expected = [
+        "confirmation_required",
+        "confirmation_declined",
+        "confirmation_required",
+        "ok",
+        "confirmation_invalid",
+    ]
+
+    async def written() -> bool:
+        async with await connect(world.url) as conn:
+            cur = await conn.execute(
+                "SELECT outcome FROM call_log WHERE tool = 'delete_note' ORDER BY called_at, id"
+            )
+            return [row["outcome"] for row in await cur.fetchall()] == expected
+
+    await wait_until(written, timeout_s=10)
+
+
+async def test_the_form_speaks_the_gateway_language(
+    world: World, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    async with run_gateway(
+        world.url, tmp_path_factory.mktemp("ru"), extra_env={"CRANK_LANGUAGE": "ru"}
+    ) as ru:
+        result = await world.ask("delete_order", {"order_id": "russian"}, gateway=ru)
+        message = result["inputRequests"][REQUEST_KEY]["params"]["message"]
+        assert message.startswith("ИИ-агент просит удалить: Delete a test order.")
+        assert 'order_id = "russian"' in message
+        state = result["requestState"]
+        args = {"order_id": "russian"}
+        declined = await world.answer("delete_order", args, state, "cancel", gateway=ru)
+        error = assert_tool_error(declined, "confirmation_declined")
+        assert error["message"] == "Пользователь не подтвердил операцию; ничего не изменено."
+    assert world.hits("russian") == 0
