@@ -49,3 +49,26 @@ def order_operation(name: str, method: str, url: str, **extra: Any) -> dict[str,
         "execution_config": {"timeout_ms": 3000, "retries": 0},
         **extra,
     }
+
+
+def order_operations(port: int) -> list[dict[str, Any]]:
+    """delete_order (DELETE), archive_order (POST, ``confirmation: true``), get_order,
+    delete_note and delete_invoice (DELETE with approval), on the upstream at ``port``."""
+    up = f"http://127.0.0.1:{port}"
+    return [
+        order_operation("delete_order", "DELETE", f"{up}/orders/{{order_id}}"),
+        order_operation(
+            "archive_order",
+            "POST",
+            f"{up}/orders/{{order_id}}/archive",
+            safety={"approval": False, "confirmation": True},
+        ),
+        order_operation("get_order", "GET", f"{up}/orders/{{order_id}}"),
+        order_operation("delete_note", "DELETE", f"{up}/notes/{{order_id}}"),
+        order_operation(
+            "delete_invoice",
+            "DELETE",
+            f"{up}/invoices/{{order_id}}",
+            safety={"approval": True, "confirmation": "auto"},
+        ),
+    ]

@@ -39,7 +39,7 @@ from tests.support.api import auth, grant_egress, make_token
 from tests.support.db import TEST_SECRET_KEY, database_url_for, reset_database
 from tests.support.gateway import Gateway, demo_gateway, run_gateway, wait_until
 from tests.support.mcp import META, modern
-from tests.support.orders import OrdersUpstream, order_operation
+from tests.support.orders import OrdersUpstream, order_operations
 from tests.support.tool_calls import (
     BASE,
     ERAS,
@@ -58,27 +58,6 @@ from tests.support.tool_calls import (
 PATH = "/mcp/v1/default/ops"
 OTHER_PATH = "/mcp/v1/default/other-ops"
 B_TTL_S = 60
-
-
-def operations(port: int) -> list[dict[str, Any]]:
-    up = f"http://127.0.0.1:{port}"
-    return [
-        order_operation("delete_order", "DELETE", f"{up}/orders/{{order_id}}"),
-        order_operation(
-            "archive_order",
-            "POST",
-            f"{up}/orders/{{order_id}}/archive",
-            safety={"approval": False, "confirmation": True},
-        ),
-        order_operation("get_order", "GET", f"{up}/orders/{{order_id}}"),
-        order_operation("delete_note", "DELETE", f"{up}/notes/{{order_id}}"),
-        order_operation(
-            "delete_invoice",
-            "DELETE",
-            f"{up}/invoices/{{order_id}}",
-            safety={"approval": True, "confirmation": "auto"},
-        ),
-    ]
 
 
 @dataclass
@@ -124,7 +103,7 @@ async def world(
     await web.TCPSite(runner, "127.0.0.1", upstream.port).start()
 
     admin = await make_token(url, "admin")
-    specs = operations(upstream.port)
+    specs = order_operations(upstream.port)
     async with AsyncTestClient(app=app) as client:
         await ok(
             await client.post("/api/v1/workspaces", json={"slug": "default"}, headers=auth(admin))
@@ -300,7 +279,7 @@ async def test_a_token_from_before_a_new_version_is_refused(world: World, app: L
     args = {"order_id": "versioned"}
     caller = world.caller()
     token = token_of(await caller.call("legacy", "delete_note", args))
-    spec = operations(world.upstream.port)[3]
+    spec = order_operations(world.upstream.port)[3]
     spec["description"] = "Deletes one test note, second version. Use when a test asks for it."
     async with AsyncTestClient(app=app) as client:
         current = await ok(

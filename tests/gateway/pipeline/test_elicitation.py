@@ -39,7 +39,7 @@ from tests.support.api import auth, grant_egress, make_token
 from tests.support.db import database_url_for, reset_database
 from tests.support.gateway import Gateway, run_gateway, serve_upstream, wait_until
 from tests.support.mcp import META, VERSION, modern
-from tests.support.orders import OrdersUpstream, order_operation
+from tests.support.orders import OrdersUpstream, order_operations
 from tests.support.tool_calls import (
     BASE,
     assert_tool_error,
@@ -125,33 +125,12 @@ async def world(
         reset_database(conn, run_database)
     upstream = OrdersUpstream()
     async with serve_upstream(upstream.app(), upstream.port) as port:
-        up = f"http://127.0.0.1:{port}"
-        specs = [
-            order_operation(
-                "delete_order",
-                "DELETE",
-                f"{up}/orders/{{order_id}}",
-                title="Delete a test order",
-                request={
-                    "method": "DELETE",
-                    "url": f"{up}/orders/{{order_id}}",
-                    "auth": {"type": "bearer", "secret": "SHOP_TOKEN"},
-                },
-            ),
-            order_operation(
-                "archive_order",
-                "POST",
-                f"{up}/orders/{{order_id}}/archive",
-                safety={"approval": False, "confirmation": True},
-            ),
-            order_operation("delete_note", "DELETE", f"{up}/notes/{{order_id}}"),
-            order_operation(
-                "delete_invoice",
-                "DELETE",
-                f"{up}/invoices/{{order_id}}",
-                safety={"approval": True, "confirmation": "auto"},
-            ),
-        ]
+        specs = order_operations(port)
+        # The form shows the title; the bearer secret is what a value must never show.
+        specs[0] |= {
+            "title": "Delete a test order",
+            "request": specs[0]["request"] | {"auth": {"type": "bearer", "secret": "SHOP_TOKEN"}},
+        }
         admin = await make_token(url, "admin")
         async with AsyncTestClient(app=app) as client:
             h = auth(admin)
