@@ -37,12 +37,12 @@ from mcp_gateway.catalog.snapshot import Tool
 from mcp_gateway.pipeline import confirmation
 from mcp_gateway.pipeline.confirmation_tokens import InvalidToken
 from mcp_gateway.pipeline.context import ToolCallContext
+from mcp_gateway.transport.versions import META_CAPABILITIES
 from shared.engine.errors import Language, ToolError
 from shared.engine.masking import masker_for
 
 log = structlog.get_logger(__name__)
 
-META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 REQUEST_KEY = "confirm"  # the one key of inputRequests / inputResponses
 _VALUE_CHARS = 200  # an argument value is cut here in the form
 _DESCRIPTION_CHARS = 300
