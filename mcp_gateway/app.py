@@ -46,7 +46,7 @@ from mcp_gateway.catalog.keys import KeyResolver
 from mcp_gateway.catalog.lookup_limits import LookupLimits
 from mcp_gateway.catalog.refresher import Refresher, resilient_conninfo
 from mcp_gateway.catalog.snapshot import Snapshot, SnapshotOptions
-from mcp_gateway.pipeline.confirmation_tokens import ConfirmationSigner
+from mcp_gateway.pipeline.confirmation_tokens import REQUEST_STATES, ConfirmationSigner
 from mcp_gateway.state import GatewayState
 from mcp_gateway.transport import endpoint
 from mcp_gateway.transport.asgi import Receive, Scope, Send, respond
@@ -212,6 +212,9 @@ class GatewayApp:
             keys=keys,
             sessions=SessionSigner(self.secret_key, settings.mcp_session_ttl_s),
             confirmations=ConfirmationSigner(self.secret_key, settings.confirmation_ttl_s),
+            request_states=ConfirmationSigner(
+                self.secret_key, settings.elicitation_ttl_s, REQUEST_STATES
+            ),
             streams=streams,
             key_use=LastUseRecorder("api_keys"),
             call_log=CallLogWriter(pool, interval_s=settings.call_log_flush_ms / 1000),

@@ -34,7 +34,8 @@ class GatewayState:
     refresher: Refresher
     keys: KeyResolver
     sessions: SessionSigner
-    confirmations: ConfirmationSigner  # DELETE confirmation tokens
+    confirmations: ConfirmationSigner  # DELETE confirmation tokens (ct_)
+    request_states: ConfirmationSigner  # DELETE confirmations asked of the human (rs_)
     streams: StreamHub
     key_use: LastUseRecorder
     executor: UpstreamExecutor

@@ -1,7 +1,8 @@
 """Secrets at rest (AES-256-GCM) and key hashing (HMAC-SHA-256).
 
-Both keys are derived from ``CRANK_SECRET_KEY`` with HKDF under distinct
-labels, so one operator secret never serves two purposes. Each encrypted value
+Every key is derived from ``CRANK_SECRET_KEY`` with HKDF under a label of its
+own (``derive_key``: secrets, key hashing, confirmation tokens, elicitation
+request states), so one operator secret never serves two purposes. Each encrypted value
 stores the id of the key that sealed it; ``CRANK_SECRET_KEY_PREVIOUS`` keeps old
 keys readable during a rotation.
 """
@@ -36,7 +37,8 @@ class CryptoError(Exception):
     """A value cannot be decrypted with any configured key."""
 
 
-def _derive(secret: str, label: bytes) -> bytes:
+def derive_key(secret: str, label: bytes) -> bytes:
+    """A 32-byte key for one purpose (``label``), derived from ``CRANK_SECRET_KEY``."""
     if len(secret) < _MIN_SECRET_LENGTH:
         raise ValueError(f"CRANK_SECRET_KEY must be at least {_MIN_SECRET_LENGTH} characters")
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=label).derive(secret.encode())
@@ -68,7 +70,7 @@ class SecretBox:
 
     @staticmethod
     def _key(secret: str) -> tuple[str, bytes]:
-        key = _derive(secret, b"crank secrets v1")
+        key = derive_key(secret, b"crank secrets v1")
         return hashlib.sha256(key).hexdigest()[:12], key
 
     def seal(self, plaintext: str, associated: bytes) -> Sealed:
@@ -100,8 +102,8 @@ class KeyHasher:
     """
 
     def __init__(self, secret_key: str, previous: tuple[str, ...] = ()) -> None:
-        self._key = _derive(secret_key, b"crank key hashing v1")
-        self._previous = [_derive(old, b"crank key hashing v1") for old in previous]
+        self._key = derive_key(secret_key, b"crank key hashing v1")
+        self._previous = [derive_key(old, b"crank key hashing v1") for old in previous]
 
     def hash(self, key: str) -> bytes:
         return hmac.new(self._key, key.encode(), hashlib.sha256).digest()

@@ -55,6 +55,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     approval_workers: int = 8  # approved calls one gateway process runs at once
     approval_shutdown_grace_s: int = 10  # on SIGTERM, running approved calls may finish this long
     confirmation_ttl_s: int = 300  # a DELETE confirmation token is valid this long
+    elicitation_ttl_s: int = 300  # a human has this long to answer a DELETE confirmation form
     idempotency_retention_s: int = 86400  # how long a completed idempotent call is replayed
     allow_private_upstreams: bool = False
     upstream_allowlist: tuple[str, ...] = ()
@@ -172,6 +173,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         "approval_ttl_s",
         "approval_outcome_retention_s",
         "confirmation_ttl_s",
+        "elicitation_ttl_s",
         "idempotency_retention_s",
     ):
         if not 1 <= getattr(settings, name) <= 31_536_000:

@@ -32,7 +32,7 @@ from control_plane.services.agents import (
     unpublish_agent,
     update_agent_draft,
 )
-from shared.engine.spec import AgentSpec, RateLimit
+from shared.engine.spec import AgentSpec, ConfirmationMode, RateLimit
 
 
 class PublishedAgent(msgspec.Struct, kw_only=True):
@@ -40,6 +40,7 @@ class PublishedAgent(msgspec.Struct, kw_only=True):
     description: str
     operations: list[str]
     rate_limit: RateLimit | None
+    confirmation_mode: ConfirmationMode = "auto"  # published before the field existed: auto
 
 
 class AgentView(msgspec.Struct, kw_only=True):

@@ -1,5 +1,5 @@
-"""Agents: a draft (title, description, bound operation names, rate limit) and a
-published state that the gateways serve.
+"""Agents: a draft (title, description, bound operation names, rate limit,
+confirmation mode) and a published state that the gateways serve.
 
 ``revision`` versions the *draft*: every draft change bumps it and writes must
 name the agent and revision they read (``expected``, from ``If-Match``; ``None``
@@ -7,7 +7,8 @@ skips the check). Publish and unpublish take the same check, so a publish
 always publishes the draft its caller saw, but they leave ``revision`` alone:
 an editor's draft work is not invalidated by a colleague publishing.
 
-``published`` is ``{title, description, operations, rate_limit}`` or NULL.
+``published`` is ``{title, description, operations, rate_limit, confirmation_mode}``
+or NULL (rows published before ``confirmation_mode`` existed lack it: ``auto``).
 ``published_version`` counts publishes and never goes back, so it still holds
 the last number after an unpublish. The catalog of an agent is its published
 operation names resolved to each operation's latest published version; a name
@@ -49,7 +50,7 @@ class AgentRow:
     slug: str
     draft: dict[str, Any]  # AgentSpec builtins
     revision: int
-    published: dict[str, Any] | None  # {title, description, operations, rate_limit}
+    published: dict[str, Any] | None  # {title, description, operations, rate_limit, ...}
     published_version: int
     published_at: datetime | None
     created_at: datetime

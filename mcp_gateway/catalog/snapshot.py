@@ -24,7 +24,7 @@ from shared.db import Connection
 from shared.engine.compiler import CompiledOperation, compile_operation
 from shared.engine.egress import EgressPolicy
 from shared.engine.errors import Language, ToolError
-from shared.engine.spec import OperationSpec, RateLimit, operation_from_builtins
+from shared.engine.spec import ConfirmationMode, OperationSpec, RateLimit, operation_from_builtins
 from shared.secrets import open_secrets
 from shared.workspace_egress import EGRESS_COLUMNS, REACHES_NOTHING, egress_from_row
 
@@ -59,6 +59,7 @@ class Agent:
     title: str = ""
     description: str = ""
     rate_limit: RateLimit | None = None
+    confirmation_mode: ConfirmationMode = "auto"  # AgentSpec.confirmation_mode
     tools: tuple[Tool, ...] = ()  # in the order the agent binds them
     by_name: dict[str, Tool] = field(default_factory=dict)
     # JSON arrays of tool definitions, one per page of CRANK_MCP_TOOLS_PAGE_SIZE.
@@ -227,6 +228,7 @@ async def load_snapshot(conn: Connection, options: SnapshotOptions | None = None
                 title=published.get("title") or "",
                 description=published.get("description") or "",
                 rate_limit=msgspec.convert(rate, RateLimit) if rate else None,
+                confirmation_mode=published.get("confirmation_mode") or "auto",
                 tools=tools,
                 by_name={t.name: t for t in tools},
                 pages=pages,

@@ -14,6 +14,10 @@ Using a token inserts the SHA-256 of its bytes into ``confirmation_uses``
 any replicas exactly one gets the row and executes. The row carries the
 token's expiry and is pruned after it (mcp_gateway.upkeep.retention).
 
+A 2026-07-28 client that declares elicitation is asked through its user
+instead and never gets a token (mcp_gateway.pipeline.elicitation); it shares
+``bound_to``, ``mark_used`` and ``invalid`` with this gate.
+
 A token that is malformed, forged, issued for another agent, operation,
 version or other arguments, expired (``CRANK_CONFIRMATION_TTL_S``, 300 s by
 default) or already used answers ``confirmation_invalid``, whose suggested
@@ -30,7 +34,7 @@ from typing import Any
 import structlog
 
 from mcp_gateway.catalog.snapshot import Tool
-from mcp_gateway.pipeline.confirmation_tokens import InvalidToken, Reason
+from mcp_gateway.pipeline.confirmation_tokens import InvalidToken, Reason, TokenUse
 from mcp_gateway.pipeline.context import ToolCallContext
 from shared.engine.canonical import arguments_hash
 from shared.engine.errors import Language, ToolError, confirmation_required
@@ -45,8 +49,27 @@ RETURNING true AS first
 """
 
 
-def _invalid(reason: Reason, language: Language) -> ToolError:
+def invalid(reason: Reason, language: Language) -> ToolError:
     return ToolError.of("confirmation_invalid", language=language, details={"reason": reason})
+
+
+def bound_to(ctx: ToolCallContext, tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
+    """What a confirmation is issued for and checked against: this agent, operation
+    version and these validated arguments (without the token)."""
+    return {
+        "agent_id": ctx.agent.id,
+        "operation_id": tool.operation_id,
+        "version": tool.version,
+        "digest": arguments_hash(arguments),
+    }
+
+
+async def mark_used(ctx: ToolCallContext, use: TokenUse) -> bool:
+    """Record the use of a verified token or request state; False when any replica
+    recorded it before (docs/architecture.md, "DELETE confirmation")."""
+    async with ctx.pool.connection() as conn:
+        cur = await conn.execute(_USE, (use.token_hash, use.expires_at))
+        return await cur.fetchone() is not None
 
 
 async def check(
@@ -59,12 +82,7 @@ async def check(
     ``arguments`` are the validated arguments, without the token."""
     signer = ctx.confirmations
     language = ctx.language
-    context: dict[str, Any] = {
-        "agent_id": ctx.agent.id,
-        "operation_id": tool.operation_id,
-        "version": tool.version,
-        "digest": arguments_hash(arguments),
-    }
+    context = bound_to(ctx, tool, arguments)
     if token is None:
         log.info("confirmation_issued", tool=tool.name, version=tool.version)
         raise confirmation_required(signer.issue(**context), language=language)
@@ -72,11 +90,8 @@ async def check(
         use = signer.verify(token, **context)
     except InvalidToken as exc:
         log.info("confirmation_refused", tool=tool.name, reason=exc.reason)
-        raise _invalid(exc.reason, language) from None
-    async with ctx.pool.connection() as conn:
-        cur = await conn.execute(_USE, (use.token_hash, use.expires_at))
-        first = await cur.fetchone()
-    if first is None:
+        raise invalid(exc.reason, language) from None
+    if not await mark_used(ctx, use):
         log.info("confirmation_refused", tool=tool.name, reason="used")
-        raise _invalid("used", language)
+        raise invalid("used", language)
     log.info("confirmation_accepted", tool=tool.name, version=tool.version)

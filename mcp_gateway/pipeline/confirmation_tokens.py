@@ -1,11 +1,20 @@
-"""DELETE confirmation tokens: signed, single-use, checkable by every replica.
+"""DELETE confirmations: signed, single-use, checkable by every replica.
 
-Issuing needs no database. A token is ``ct_`` + base64url(claims ‖ mac):
+Two kinds share this format and differ in prefix, HKDF label and MAC context,
+so one can never pass for the other (docs/architecture.md, "DELETE confirmation"):
 
-    claims  msgpack [agent_id, operation_id, version, expires_at, nonce]
-            (expires_at in unix seconds, nonce 8 random bytes)
-    mac     HMAC-SHA-256(key, "ct1" ‖ claims ‖ arguments_hash)[:16]
-    key     HKDF-SHA-256(CRANK_SECRET_KEY, info "crank confirmation tokens v1")
+- ``ct_`` tokens, handed to the model in ``confirmation_required``;
+- ``rs_`` request states, the ``requestState`` of the 2026-07-28
+  ``InputRequiredResult`` that asks the human (mcp_gateway.pipeline.elicitation);
+  these also bind the agent key that asked.
+
+Issuing needs no database. A value is prefix + base64url(claims ‖ mac):
+
+    claims  msgpack [agent_id, operation_id, version, expires_at, nonce(, key_id)]
+            (expires_at in unix seconds, nonce 8 random bytes; key_id only in
+            request states, so a ``ct_`` token keeps its seed shape)
+    mac     HMAC-SHA-256(key, context ‖ claims ‖ arguments_hash)[:16]
+    key     HKDF-SHA-256(CRANK_SECRET_KEY, info = the kind's label)
 
 The arguments hash (SHA-256 of the RFC 8785 canonical arguments, without the
 token) is bound through the MAC rather than carried, which keeps a token about
@@ -27,22 +36,33 @@ from datetime import UTC, datetime
 from typing import Literal
 
 import msgspec
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from shared.crypto import b64url_decode, b64url_encode
+from shared.crypto import b64url_decode, b64url_encode, derive_key
 
 PREFIX = "ct_"
 MAX_TOKEN_LENGTH = 160  # a real token is about 55 characters
 _MAC_BYTES = 16
 _NONCE_BYTES = 8
-_CONTEXT = b"ct1"
+
+
+@dataclass(frozen=True, slots=True)
+class SignedKind:
+    """What keeps one kind of signed confirmation apart from the other."""
+
+    prefix: str
+    label: bytes  # the HKDF info
+    context: bytes  # the first bytes under the MAC
+
+
+TOKENS = SignedKind(PREFIX, b"crank confirmation tokens v1", b"ct1")
+REQUEST_STATES = SignedKind("rs_", b"crank elicitation request states v1", b"rs1")
 
 Reason = Literal[
     "malformed",
     "other_agent",
     "other_operation",
     "other_version",
+    "other_key",  # a request state asked through another agent key
     "other_arguments",  # or a forged token: the MAC does not match these arguments
     "expired",
     "used",
@@ -63,6 +83,7 @@ class _Claims(msgspec.Struct, array_like=True, frozen=True):
     version: int
     expires_at: int  # unix seconds
     nonce: bytes
+    key_id: int | None = None  # request states only; absent from a ct_ token's array
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -78,16 +99,16 @@ class TokenUse:
 
 
 class ConfirmationSigner:
-    """One per process (GatewayState.confirmations)."""
+    """One per process and kind (GatewayState.confirmations, GatewayState.request_states)."""
 
-    def __init__(self, secret_key: str, ttl_s: int) -> None:
-        self._key = HKDF(
-            algorithm=hashes.SHA256(), length=32, salt=None, info=b"crank confirmation tokens v1"
-        ).derive(secret_key.encode())
+    def __init__(self, secret_key: str, ttl_s: int, kind: SignedKind = TOKENS) -> None:
+        self._key = derive_key(secret_key, kind.label)
+        self._kind = kind
         self.ttl_s = ttl_s
 
     def _mac(self, claims: bytes, digest: bytes) -> bytes:
-        return hmac.new(self._key, _CONTEXT + claims + digest, hashlib.sha256).digest()[:_MAC_BYTES]
+        signed = self._kind.context + claims + digest
+        return hmac.new(self._key, signed, hashlib.sha256).digest()[:_MAC_BYTES]
 
     def issue(
         self,
@@ -96,20 +117,15 @@ class ConfirmationSigner:
         operation_id: int,
         version: int,
         digest: bytes,
+        key_id: int | None = None,
         now: float | None = None,
     ) -> str:
-        """A token for this agent, operation version and arguments hash."""
+        """A token for this agent, operation version and arguments hash (and key, if given)."""
         issued_at = time.time() if now is None else now
-        claims = _encoder.encode(
-            _Claims(
-                agent_id,
-                operation_id,
-                version,
-                int(issued_at) + self.ttl_s,
-                os.urandom(_NONCE_BYTES),
-            )
-        )
-        return PREFIX + b64url_encode(claims + self._mac(claims, digest))
+        fields = (agent_id, operation_id, version, int(issued_at) + self.ttl_s)
+        keyed = () if key_id is None else (key_id,)  # a ct_ token keeps the five seed fields
+        claims = _encoder.encode((*fields, os.urandom(_NONCE_BYTES), *keyed))
+        return self._kind.prefix + b64url_encode(claims + self._mac(claims, digest))
 
     def verify(
         self,
@@ -119,15 +135,17 @@ class ConfirmationSigner:
         operation_id: int,
         version: int,
         digest: bytes,
+        key_id: int | None = None,
         now: float | None = None,
     ) -> TokenUse:
         """The use of a token issued for exactly this call; ``InvalidToken`` otherwise.
 
         Whether it was used before is the database's answer (``check``)."""
-        if not token.startswith(PREFIX) or len(token) > MAX_TOKEN_LENGTH:
+        prefix = self._kind.prefix
+        if not token.startswith(prefix) or len(token) > MAX_TOKEN_LENGTH:
             raise InvalidToken("malformed")
         try:
-            raw = b64url_decode(token[len(PREFIX) :])
+            raw = b64url_decode(token[len(prefix) :])
             claims = _decoder.decode(raw[:-_MAC_BYTES]) if len(raw) > _MAC_BYTES else None
         except (binascii.Error, ValueError, msgspec.DecodeError):
             claims = None
@@ -139,6 +157,8 @@ class ConfirmationSigner:
             raise InvalidToken("other_operation")
         if claims.version != version:
             raise InvalidToken("other_version")
+        if claims.key_id != key_id:
+            raise InvalidToken("other_key")
         if not hmac.compare_digest(raw[-_MAC_BYTES:], self._mac(raw[:-_MAC_BYTES], digest)):
             raise InvalidToken("other_arguments")
         if (time.time() if now is None else now) >= claims.expires_at:

@@ -29,7 +29,8 @@ class ToolCallContext(msgspec.Struct, frozen=True, kw_only=True):
     language: Language
     pool: AsyncConnectionPool[Connection]
     executor: UpstreamExecutor
-    confirmations: ConfirmationSigner
+    confirmations: ConfirmationSigner  # ct_ tokens
+    request_states: ConfirmationSigner  # the requestState of a confirmation asked of the human
     approval_ttl_s: int  # CRANK_APPROVAL_TTL_S
     approval_max_attempts: int  # CRANK_APPROVAL_MAX_ATTEMPTS
     approval_outcome_retention_s: int  # CRANK_APPROVAL_OUTCOME_RETENTION_S

@@ -5,10 +5,12 @@ act on is a tool result with ``isError: true`` and the structured error of
 shared.engine.errors (docs/architecture.md, "Error codes").
 
 Gates run in this order (docs/architecture.md, "Gate order"): validate →
-confirmation (DELETE, or ``safety.confirmation: true``;
-mcp_gateway.pipeline.confirmation) → approval (the call becomes a pending approval row
-and answers ``approval_required``, or a repeat gets a finished approval's outcome
-once; mcp_gateway.approvals.requests) → the
+confirmation (DELETE, or ``safety.confirmation: true``; a ``ct_`` token,
+mcp_gateway.pipeline.confirmation, or for a 2026-07-28 client that declares
+elicitation the human's answer to a form, mcp_gateway.pipeline.elicitation) →
+approval (the call becomes a pending approval row and answers
+``approval_required``, or a repeat gets a finished approval's outcome once;
+mcp_gateway.approvals.requests) → the
 upstream step (``CompiledOperation.call``), where an operation with
 ``execution_config.idempotency`` goes through the idempotency memory
 (mcp_gateway.pipeline.idempotency). The gates and the step take a ``ToolCallContext``
@@ -26,12 +28,13 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import structlog
 
 from mcp_gateway.approvals.outcomes import delivered
 from mcp_gateway.approvals.requests import request_approval
 from mcp_gateway.catalog.snapshot import Tool
-from mcp_gateway.pipeline import confirmation
+from mcp_gateway.pipeline import confirmation, elicitation
 from mcp_gateway.pipeline import idempotency as idempotency_memory
 from mcp_gateway.pipeline.accounting import account_call
 from mcp_gateway.pipeline.context import ToolCallContext
@@ -47,12 +50,23 @@ log = structlog.get_logger(__name__)
 
 
 async def _execute(
-    ctx: ToolCallContext, tool: Tool, arguments: Any, upstream: UpstreamCall, *, wrap_arrays: bool
+    ctx: ToolCallContext,
+    tool: Tool,
+    arguments: Any,
+    upstream: UpstreamCall,
+    *,
+    wrap_arrays: bool,
+    human: Human,
 ) -> dict[str, Any]:
     compiled = tool.compiled
     cleaned = compiled.validate(arguments)
     if tool.spec.confirmation_required():
-        await confirmation.check(ctx, tool, cleaned, confirmation_token(arguments))
+        if human is None:
+            await confirmation.check(ctx, tool, cleaned, confirmation_token(arguments))
+        else:  # asked of the human through the client; no ct_ token (docs/architecture.md, "DELETE confirmation")
+            asking = await elicitation.confirm(ctx, tool, cleaned, human.answer)
+            if asking is not None:
+                return asking
     built = compiled.build(cleaned, ctx.agent.secrets)
     if tool.spec.safety.approval:
         return await request_approval(ctx, tool, cleaned, built, wrap_arrays=wrap_arrays)
@@ -91,6 +105,23 @@ async def _send(
     return success_result(selected.value, wrap_arrays=wrap_arrays, meta=meta)
 
 
+class _AsksHuman(msgspec.Struct, frozen=True):
+    answer: elicitation.Answer | None  # None: the first call, or a retry without a state
+
+
+Human = _AsksHuman | None  # None: the ct_ token flow
+
+
+def _human(call: Exchange, message: Message, tool: Tool, *, modern: bool) -> Human:
+    """The elicitation channel when this call's confirmation goes to the human;
+    raises MalformedAnswer for a retry whose inputResponses is not of the spec's shape."""
+    if not (modern and tool.spec.confirmation_required()):
+        return None
+    if not elicitation.asks_human(message.params.get("_meta"), call.agent.confirmation_mode):
+        return None
+    return _AsksHuman(elicitation.read_answer(message.params))
+
+
 def _context(call: Exchange) -> ToolCallContext:
     state, settings = call.state, call.state.settings
     return ToolCallContext(
@@ -101,6 +132,7 @@ def _context(call: Exchange) -> ToolCallContext:
         pool=state.pool,
         executor=state.executor,
         confirmations=state.confirmations,
+        request_states=state.request_states,
         approval_ttl_s=settings.approval_ttl_s,
         approval_max_attempts=settings.approval_max_attempts,
         approval_outcome_retention_s=settings.approval_outcome_retention_s,
@@ -116,6 +148,10 @@ async def tools_call(call: Exchange, message: Message, *, modern: bool) -> bytes
     if tool is None:
         # -32602 in HTTP 200: clients read a 404 on POST as "session gone".
         return encode(error(message.id, INVALID_PARAMS, f"Unknown tool: {name}"))
+    try:
+        human = _human(call, message, tool, modern=modern)
+    except elicitation.MalformedAnswer as exc:
+        return encode(error(message.id, INVALID_PARAMS, str(exc)))
     ctx = _context(call)
     called_at = datetime.now(UTC)
     started = time.perf_counter()
@@ -124,9 +160,16 @@ async def tools_call(call: Exchange, message: Message, *, modern: bool) -> bytes
     approval_id: str | None = None
     try:
         value = await _execute(
-            ctx, tool, message.params.get("arguments") or {}, upstream, wrap_arrays=not modern
+            ctx,
+            tool,
+            message.params.get("arguments") or {},
+            upstream,
+            wrap_arrays=not modern,
+            human=human,
         )
-        if tool.spec.safety.approval:  # the gate answered; the worker calls the upstream later
+        if value.get("resultType") == "input_required":  # the human is being asked
+            outcome = "confirmation_required"
+        elif tool.spec.safety.approval:  # the gate answered; the worker calls the upstream later
             outcome, approval_id = delivered(value) or (
                 "approval_required",
                 value["structuredContent"]["approval_id"],
@@ -168,5 +211,5 @@ async def tools_call(call: Exchange, message: Message, *, modern: bool) -> bytes
         approval_id=approval_id,
     )
     if modern:
-        value["resultType"] = "complete"
+        value.setdefault("resultType", "complete")
     return encode(result(message.id, value))

@@ -31,11 +31,10 @@ from mcp_gateway.transport.jsonrpc import (
 )
 from mcp_gateway.transport.rate_limits import MethodClass
 from mcp_gateway.transport.streams import LIST_CHANGED, serve_stream
-from mcp_gateway.transport.versions import LEGACY_VERSIONS, MODERN_VERSIONS
+from mcp_gateway.transport.versions import LEGACY_VERSIONS, META_CAPABILITIES, MODERN_VERSIONS
 from mcp_gateway.upkeep.metrics import REQUESTS
 
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
-META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 META_SUBSCRIPTION = "io.modelcontextprotocol/subscriptionId"
 SUPPORTED_VERSIONS = [*MODERN_VERSIONS, *reversed(LEGACY_VERSIONS)]

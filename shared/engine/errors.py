@@ -18,8 +18,10 @@ in ``ToolError.details`` and never in the message.
     invalid_arguments             no           arguments fail the input schema or a
                                                path value is "", "." or ".."
     confirmation_required         no           DELETE first call; token in the message
-    confirmation_invalid          no           token unknown, used, expired or bound
-                                               to other arguments
+    confirmation_invalid          no           token or requestState unknown, used,
+                                               expired or bound to other arguments
+    confirmation_declined         no           the human declined or dismissed the
+                                               confirmation form (elicitation)
     idempotency_conflict          no           same key, other arguments
     idempotency_in_progress       yes          same key, first call still running
     upstream_rate_limited         yes          HTTP 429 (retry_after_s from Retry-After)
@@ -56,6 +58,7 @@ ErrorCode = Literal[
     "invalid_arguments",
     "confirmation_required",
     "confirmation_invalid",
+    "confirmation_declined",
     "idempotency_conflict",
     "idempotency_in_progress",
     "upstream_rate_limited",
@@ -113,6 +116,17 @@ _TABLE: Mapping[ErrorCode, _Entry] = {
         {
             "en": "Call again without _crank_confirmation_token to get a new token.",
             "ru": "Повторите вызов без _crank_confirmation_token, чтобы получить новый токен.",
+        },
+    ),
+    "confirmation_declined": _Entry(
+        False,
+        {
+            "en": "The user did not confirm the operation; nothing was changed.",
+            "ru": "Пользователь не подтвердил операцию; ничего не изменено.",
+        },
+        {
+            "en": "Do not repeat the call unless the user asks for it again.",
+            "ru": "Не повторяйте вызов, пока пользователь снова не попросит об этом.",
         },
     ),
     "idempotency_conflict": _Entry(

@@ -136,6 +136,9 @@ class RateLimit(_Spec, kw_only=True):
     per_seconds: int
 
 
+ConfirmationMode = Literal["auto", "token"]
+
+
 class AgentSpec(_Spec, kw_only=True):
     """An agent in an operation file: its slug and the names of the operations it exposes."""
 
@@ -144,6 +147,10 @@ class AgentSpec(_Spec, kw_only=True):
     description: str = ""
     operations: list[str] = msgspec.field(default_factory=list)
     rate_limit: RateLimit | None = None
+    # Who confirms a DELETE: "auto" asks the human through a client that declares
+    # elicitation (2026-07-28) and hands other clients a ct_ token; "token" hands
+    # every client the token (docs/architecture.md, "DELETE confirmation").
+    confirmation_mode: ConfirmationMode = "auto"
 
 
 WEBHOOK_EVENTS: Final = (

@@ -81,6 +81,7 @@ def build_transport(
         keys=KeyResolver(hasher, pool, database_reachable=lambda: keys_reachable),
         sessions=SessionSigner(TEST_SECRET_KEY, settings.mcp_session_ttl_s),
         confirmations=unused,
+        request_states=unused,
         streams=unused,
         key_use=LastUseRecorder("api_keys"),
         executor=unused,

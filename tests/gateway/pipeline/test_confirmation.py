@@ -17,9 +17,8 @@ import base64
 import hashlib
 import secrets
 import time
-from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ from tests.support.api import auth, grant_egress, make_token
 from tests.support.db import TEST_SECRET_KEY, database_url_for, reset_database
 from tests.support.gateway import Gateway, demo_gateway, run_gateway, wait_until
 from tests.support.mcp import META, modern
-from tests.support.processes import free_port
+from tests.support.orders import OrdersUpstream, order_operations
 from tests.support.tool_calls import (
     BASE,
     ERAS,
@@ -58,57 +57,7 @@ from tests.support.tool_calls import (
 
 PATH = "/mcp/v1/default/ops"
 OTHER_PATH = "/mcp/v1/default/other-ops"
-ORDER_ID = {"type": "string", "pattern": "^[a-z0-9-]{1,80}$", "description": "Order id"}
 B_TTL_S = 60
-
-
-@dataclass
-class Upstream:
-    port: int = field(default_factory=free_port)
-    hits: Counter[str] = field(default_factory=Counter)  # "METHOD /path" -> requests
-
-    async def handle(self, request: web.Request) -> web.Response:
-        self.hits[f"{request.method} {request.path}"] += 1
-        order_id = request.match_info["order_id"]
-        return web.json_response({"id": order_id, "deleted": True, "archived": True})
-
-
-def _op(name: str, method: str, url: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "description": f"Changes one test order ({name}). Use when a test asks for it.",
-        "input": {
-            "type": "object",
-            "properties": {"order_id": ORDER_ID},
-            "required": ["order_id"],
-            "additionalProperties": False,
-        },
-        "request": {"method": method, "url": url},
-        "response": {"select": "{order_id: id, deleted: deleted}"},
-        "execution_config": {"timeout_ms": 3000, "retries": 0},
-        **extra,
-    }
-
-
-def operations(port: int) -> list[dict[str, Any]]:
-    up = f"http://127.0.0.1:{port}"
-    return [
-        _op("delete_order", "DELETE", f"{up}/orders/{{order_id}}"),
-        _op(
-            "archive_order",
-            "POST",
-            f"{up}/orders/{{order_id}}/archive",
-            safety={"approval": False, "confirmation": True},
-        ),
-        _op("get_order", "GET", f"{up}/orders/{{order_id}}"),
-        _op("delete_note", "DELETE", f"{up}/notes/{{order_id}}"),
-        _op(
-            "delete_invoice",
-            "DELETE",
-            f"{up}/invoices/{{order_id}}",
-            safety={"approval": True, "confirmation": "auto"},
-        ),
-    ]
 
 
 @dataclass
@@ -116,7 +65,7 @@ class World:
     url: str
     a: Gateway
     b: Gateway
-    upstream: Upstream
+    upstream: OrdersUpstream
     key: str
     other_key: str
     admin: str
@@ -148,16 +97,13 @@ async def world(
     url = database_url_for(pg_server_url, run_database)
     with psycopg.connect(url, autocommit=True) as conn:
         reset_database(conn, run_database)
-    upstream = Upstream()
-    server_app = web.Application()
-    server_app.router.add_route("*", "/{kind}/{order_id}", upstream.handle)
-    server_app.router.add_route("*", "/{kind}/{order_id}/archive", upstream.handle)
-    runner = web.AppRunner(server_app, access_log=None)
+    upstream = OrdersUpstream()
+    runner = web.AppRunner(upstream.app(), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", upstream.port).start()
 
     admin = await make_token(url, "admin")
-    specs = operations(upstream.port)
+    specs = order_operations(upstream.port)
     async with AsyncTestClient(app=app) as client:
         await ok(
             await client.post("/api/v1/workspaces", json={"slug": "default"}, headers=auth(admin))
@@ -333,7 +279,7 @@ async def test_a_token_from_before_a_new_version_is_refused(world: World, app: L
     args = {"order_id": "versioned"}
     caller = world.caller()
     token = token_of(await caller.call("legacy", "delete_note", args))
-    spec = operations(world.upstream.port)[3]
+    spec = order_operations(world.upstream.port)[3]
     spec["description"] = "Deletes one test note, second version. Use when a test asks for it."
     async with AsyncTestClient(app=app) as client:
         current = await ok(

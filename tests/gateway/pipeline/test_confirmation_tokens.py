@@ -11,6 +11,7 @@ import pytest
 
 from mcp_gateway.pipeline.confirmation_tokens import (
     MAX_TOKEN_LENGTH,
+    REQUEST_STATES,
     ConfirmationSigner,
     InvalidToken,
 )
@@ -112,3 +113,44 @@ def test_the_expiry_follows_the_configured_ttl() -> None:
     token = ConfirmationSigner(KEY, ttl_s=5).issue(**CONTEXT)
     use = ConfirmationSigner(KEY, ttl_s=5).verify(token, **CONTEXT)
     assert 4 <= use.expires_at.timestamp() - time.time() <= 5
+
+
+# -- the requestState of a confirmation asked of the human (2026-07-28 elicitation) ---------
+
+
+def test_a_request_state_binds_the_key_and_expires() -> None:
+    states = ConfirmationSigner(KEY, ttl_s=120, kind=REQUEST_STATES)
+    state = states.issue(**CONTEXT, key_id=11, now=NOW)
+    assert state.startswith("rs_")
+    assert states.verify(state, **CONTEXT, key_id=11, now=NOW + 119).expires_at.timestamp() == (
+        NOW + 120
+    )
+    for key_id in (12, None):
+        with pytest.raises(InvalidToken) as other:
+            states.verify(state, **CONTEXT, key_id=key_id, now=NOW)
+        assert other.value.reason == "other_key"
+    with pytest.raises(InvalidToken) as expired:
+        states.verify(state, **CONTEXT, key_id=11, now=NOW + 120)
+    assert expired.value.reason == "expired"
+
+
+def test_a_token_and_a_request_state_never_pass_for_each_other(
+    signer: ConfirmationSigner,
+) -> None:
+    """Separate HKDF labels, MAC contexts and prefixes: neither kind verifies as the other,
+    even with the prefix swapped."""
+    states = ConfirmationSigner(KEY, ttl_s=300, kind=REQUEST_STATES)
+    token = signer.issue(**CONTEXT, now=NOW)
+    state = states.issue(**CONTEXT, key_id=11, now=NOW)
+    with pytest.raises(InvalidToken):
+        states.verify("rs_" + token[3:], **CONTEXT, now=NOW)
+    with pytest.raises(InvalidToken):
+        signer.verify("ct_" + state[3:], **CONTEXT, key_id=11, now=NOW)
+    with pytest.raises(InvalidToken):
+        states.verify(token, **CONTEXT, now=NOW)
+
+
+def test_a_token_keeps_its_seed_shape_without_a_key(signer: ConfirmationSigner) -> None:
+    """The key id is a trailing default: a ct_ token's claims are the five seed fields."""
+    raw = base64.urlsafe_b64decode(signer.issue(**CONTEXT, now=NOW)[3:] + "==")
+    assert raw[0] == 0x95  # a msgpack array of five

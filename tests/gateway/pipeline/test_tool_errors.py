@@ -67,6 +67,7 @@ ELSEWHERE = frozenset(
     {
         "confirmation_required",
         "confirmation_invalid",
+        "confirmation_declined",  # test_elicitation.py
         "idempotency_conflict",
         "idempotency_in_progress",
         "approval_denied",

@@ -19,6 +19,7 @@ DOCUMENTED_RECOVERABLE: dict[str, bool] = {
     "invalid_arguments": False,
     "confirmation_required": False,
     "confirmation_invalid": False,
+    "confirmation_declined": False,
     "idempotency_conflict": False,
     "idempotency_in_progress": True,
     "upstream_rate_limited": True,

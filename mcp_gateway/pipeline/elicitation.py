@@ -1,0 +1,187 @@
+"""The DELETE confirmation asked of the human through a 2026-07-28 client.
+
+A client that declares the ``elicitation`` capability (form mode) in a
+request's ``_meta`` never gets a ``ct_`` token, which the model could send
+back by itself (docs/architecture.md, "DELETE confirmation"). Instead, as the
+multi-round-trip pattern of 2026-07-28 says:
+
+1. The first tools/call answers an ``InputRequiredResult``: one
+   ``elicitation/create`` form request (``inputRequests.confirm``) whose
+   message says in plain words what will run, and a ``requestState`` that
+   binds the key, agent, operation, version and canonical arguments, signed
+   and short-lived (``CRANK_ELICITATION_TTL_S``; an ``rs_`` value of
+   mcp_gateway.pipeline.confirmation_tokens).
+2. The client shows the form to its user and calls again with the same
+   arguments, ``inputResponses.confirm`` (``{"action": ...}``) and the
+   ``requestState``. A verified state is marked used in ``confirmation_uses``
+   (the same single-use store as ``ct_`` tokens), so it counts once on every
+   replica, whatever the answer. ``accept`` lets the call go on; ``decline``
+   and ``cancel`` answer ``confirmation_declined``; an altered, replayed,
+   expired or foreign state answers ``confirmation_invalid``; a retry with no
+   answer for ``confirm`` asks again with a fresh state.
+
+The form asks for nothing but the decision (an empty ``requestedSchema``), so
+``accept`` is the confirmation. Argument values are shown as JSON (newlines
+stay ``\\n``, so a value cannot pose as the form's own text), with every
+workspace secret masked.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+import structlog
+
+from mcp_gateway.catalog.snapshot import Tool
+from mcp_gateway.pipeline import confirmation
+from mcp_gateway.pipeline.confirmation_tokens import InvalidToken
+from mcp_gateway.pipeline.context import ToolCallContext
+from mcp_gateway.transport.versions import META_CAPABILITIES
+from shared.engine.errors import Language, ToolError
+from shared.engine.masking import masker_for
+
+log = structlog.get_logger(__name__)
+
+REQUEST_KEY = "confirm"  # the one key of inputRequests / inputResponses
+_VALUE_CHARS = 200  # an argument value is cut here in the form
+_DESCRIPTION_CHARS = 300
+_MAX_ARGUMENTS_SHOWN = 20
+
+Action = Literal["accept", "decline", "cancel"]
+_ACTIONS: frozenset[str] = frozenset(("accept", "decline", "cancel"))
+
+
+class MalformedAnswer(ValueError):
+    """``inputResponses`` or its ``confirm`` entry is not of the specification's shape."""
+
+
+def asks_human(meta: Any, mode: str) -> bool:
+    """Whether a DELETE confirmation of this request goes to the human: the agent
+    allows it (``confirmation_mode: auto``) and the request's client capabilities
+    declare form elicitation (``{}`` means form, as the specification says)."""
+    if mode != "auto" or not isinstance(meta, dict):
+        return False
+    capabilities = meta.get(META_CAPABILITIES)
+    elicitation = capabilities.get("elicitation") if isinstance(capabilities, dict) else None
+    if not isinstance(elicitation, dict):
+        return False
+    return not elicitation or "form" in elicitation
+
+
+class Answer(msgspec.Struct, frozen=True):
+    """What a retry carries: the echoed ``requestState`` and the form's action, if any."""
+
+    state: Any  # attacker-controlled: checked by the signer
+    action: Action | None
+
+
+def read_answer(params: dict[str, Any]) -> Answer | None:
+    """The retry's answer, None on a first call; raises MalformedAnswer (JSON-RPC
+    -32602) when ``inputResponses`` is present but not of the specification's shape."""
+    state = params.get("requestState")
+    responses = params.get("inputResponses")
+    if responses is not None and not isinstance(responses, dict):
+        raise MalformedAnswer("params.inputResponses must be an object")
+    response = (responses or {}).get(REQUEST_KEY)
+    action: Action | None = None
+    if response is not None:
+        if not isinstance(response, dict) or response.get("action") not in _ACTIONS:
+            raise MalformedAnswer(
+                f"params.inputResponses.{REQUEST_KEY}.action must be accept, decline or cancel"
+            )
+        action = response["action"]
+    if state is None:
+        return None  # answers without a state belong to no question of ours
+    return Answer(state=state, action=action)
+
+
+async def confirm(
+    ctx: ToolCallContext, tool: Tool, arguments: dict[str, Any], answer: Answer | None
+) -> dict[str, Any] | None:
+    """None when the human accepted this exact call (the state is then used up);
+    otherwise the ``InputRequiredResult`` that asks them. Raises ToolError
+    ``confirmation_declined`` or ``confirmation_invalid``.
+
+    ``arguments`` are the validated arguments, without any ``ct_`` token (a
+    token sent by such a client is ignored: only the human confirms)."""
+    context = confirmation.bound_to(ctx, tool, arguments) | {"key_id": ctx.key_id}
+    if answer is not None:
+        state = answer.state if isinstance(answer.state, str) else ""
+        try:
+            use = ctx.request_states.verify(state, **context)
+        except InvalidToken as exc:
+            log.info("elicitation_refused", tool=tool.name, reason=exc.reason)
+            raise confirmation.invalid(exc.reason, ctx.language) from None
+        if not await confirmation.mark_used(ctx, use):
+            log.info("elicitation_refused", tool=tool.name, reason="used")
+            raise confirmation.invalid("used", ctx.language)
+        if answer.action == "accept":
+            log.info("elicitation_accepted", tool=tool.name, version=tool.version)
+            return None
+        if answer.action is not None:
+            log.info("elicitation_declined", tool=tool.name, action=answer.action)
+            raise ToolError.of(
+                "confirmation_declined", language=ctx.language, details={"action": answer.action}
+            )
+    log.info("elicitation_asked", tool=tool.name, version=tool.version)
+    form = {
+        "method": "elicitation/create",
+        "params": {
+            "mode": "form",
+            "message": form_message(ctx, tool, arguments),
+            "requestedSchema": {"type": "object", "properties": {}},
+        },
+    }
+    return {
+        "resultType": "input_required",
+        "inputRequests": {REQUEST_KEY: form},
+        "requestState": ctx.request_states.issue(**context),
+    }
+
+
+_TEXTS: dict[Language, dict[str, str]] = {
+    "en": {
+        "delete": "An AI agent asks to delete something: {title}.",
+        "other": "An AI agent asks to run an operation that needs your confirmation: {title}.",
+        "with": "With:",
+        "none": "(no arguments)",
+        "more": "… and {count} more",
+        "decide": "Accept to run it now. Decline to stop it; nothing is changed then.",
+    },
+    "ru": {
+        "delete": "ИИ-агент просит удалить: {title}.",
+        "other": "ИИ-агент просит выполнить операцию, которая требует вашего подтверждения: {title}.",
+        "with": "Параметры:",
+        "none": "(без параметров)",
+        "more": "… и ещё {count}",
+        "decide": "Примите, чтобы выполнить её сейчас. Отклоните, чтобы остановить; тогда ничего не изменится.",
+    },
+}
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def form_message(ctx: ToolCallContext, tool: Tool, arguments: dict[str, Any]) -> str:
+    """What the form tells the human, in ``CRANK_LANGUAGE``: the operation's title
+    and description (its author's words) and the arguments (the model's), masked."""
+    texts = _TEXTS[ctx.language]
+    spec = tool.spec
+    kind = "delete" if spec.request.method == "DELETE" else "other"
+    lines = [texts[kind].format(title=spec.title or tool.name)]
+    if spec.description:
+        lines.append(_cut(spec.description.strip(), _DESCRIPTION_CHARS))
+    masker = masker_for(tuple(sorted(ctx.agent.secrets.values())))
+    shown = list(arguments.items())[:_MAX_ARGUMENTS_SHOWN]
+    lines.append(texts["with"])
+    for name, value in shown:
+        encoded = msgspec.json.encode(value).decode()
+        lines.append(f"  {name} = {_cut(masker.text(encoded), _VALUE_CHARS)}")
+    if not shown:
+        lines.append("  " + texts["none"])
+    if len(arguments) > len(shown):
+        lines.append("  " + texts["more"].format(count=len(arguments) - len(shown)))
+    lines.append(texts["decide"])
+    return "\n".join(lines)
