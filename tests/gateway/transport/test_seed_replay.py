@@ -77,7 +77,7 @@ async def seed_demo_rates(client: Client, admin: str, upstream_port: int) -> str
     """The demo's currency-rates agent and its operation, the URL pointed at the stand-in."""
     demo = load_demo_file(8090)
     operation = next(op for op in demo.operations if op.name == "frankfurter_latest_rate")
-    agent = next(a for a in demo.agents if a.slug == "currency-rates")
+    agent = next(a for a in demo.agents if a.slug == "currency-rates").agent()
     spec: dict[str, Any] = spec_to_builtins(operation)
     assert spec["request"]["url"] == "https://api.frankfurter.dev/v1/latest"
     spec["request"]["url"] = f"http://127.0.0.1:{upstream_port}/v1/latest"
