@@ -314,8 +314,14 @@ class Decision:
     agent_id: int
     agent: str  # workspace/agent, for the audit details
     status: Literal["approved", "denied"]
-    decided_by: str  # the approval key's prefix
+    decided_by: str  # the approval key's prefix; CANCELLED_BY for a client's tasks/cancel
     note: str | None
+    actor: str | None = None  # the audit row's actor; default: the approval key
+
+
+# decided_by of a pending row the client cancelled through tasks/cancel: a denial no
+# approval key made (docs/architecture.md, "Tasks"); no key prefix holds a slash.
+CANCELLED_BY = "mcp-client/tasks-cancel"
 
 
 async def decide(conn: Connection, decision: Decision) -> ApprovalRecord | None:
@@ -347,9 +353,55 @@ async def decide(conn: Connection, decision: Decision) -> ApprovalRecord | None:
             "id": decision.approval_id,
             "agent_id": decision.agent_id,
             "agent": decision.agent,
-            "actor": f"approval key {decision.decided_by}…",
+            "actor": decision.actor or f"approval key {decision.decided_by}…",
             "action": f"approval.{decision.status}",
         },
     )
     row = await cur.fetchone()
     return None if row is None else _record(row)
+
+
+class TaskRow(msgspec.Struct, frozen=True, kw_only=True):
+    """An approval as its task shows it (mcp_gateway.approvals.tasks)."""
+
+    id: str
+    status: str
+    decided_by: str | None
+    note: str | None
+    response_payload: Any | None
+    result_truncated: bool
+    created_at: datetime
+    updated_at: datetime  # the latest of created, decided, completed (or expired) times
+    expires_at: datetime  # when a pending row expires
+    finished_at: datetime | None  # FINISHED_AT for a finished row, else None
+    overdue: bool  # pending past expires_at
+    retained: bool  # finished within the outcome retention, or still active
+
+
+async def task_row(
+    conn: Connection, agent_id: int, approval_id: str, retention_s: int, *, deliver: bool
+) -> TaskRow | None:
+    """One row of this agent as a task; with ``deliver``, a finished row not yet delivered
+    is marked delivered first (its task hands the outcome over, docs/architecture.md, "Tasks")."""
+    if deliver:
+        await conn.execute(
+            f"""UPDATE approvals SET delivered_at = now()
+                 WHERE id = %s AND agent_id = %s AND status IN {FINISHED}
+                   AND delivered_at IS NULL
+                   AND {FINISHED_AT} > now() - make_interval(secs => %s)""",
+            (approval_id, agent_id, retention_s),
+        )
+    cur = await conn.execute(
+        f"""SELECT id, status, decided_by, note, response_payload, result_truncated, created_at,
+                   greatest(created_at, decided_at, completed_at,
+                            CASE WHEN status = 'expired' THEN expires_at END) AS updated_at,
+                   expires_at,
+                   CASE WHEN status IN {FINISHED} THEN {FINISHED_AT} END AS finished_at,
+                   status = 'pending' AND expires_at <= now() AS overdue,
+                   status NOT IN {FINISHED}
+                     OR {FINISHED_AT} > now() - make_interval(secs => %s) AS retained
+              FROM approvals WHERE id = %s AND agent_id = %s""",
+        (retention_s, approval_id, agent_id),
+    )
+    row = await cur.fetchone()
+    return None if row is None else TaskRow(**row)

@@ -33,6 +33,8 @@ import structlog
 
 from mcp_gateway.approvals.outcomes import delivered
 from mcp_gateway.approvals.requests import request_approval
+from mcp_gateway.approvals.tasks import created as approval_task
+from mcp_gateway.approvals.tasks import declares_tasks
 from mcp_gateway.catalog.snapshot import Tool
 from mcp_gateway.pipeline import confirmation, elicitation
 from mcp_gateway.pipeline import idempotency as idempotency_memory
@@ -174,6 +176,13 @@ async def tools_call(call: Exchange, message: Message, *, modern: bool) -> bytes
                 "approval_required",
                 value["structuredContent"]["approval_id"],
             )
+            if (
+                modern
+                and outcome == "approval_required"
+                and declares_tasks(message.params.get("_meta"))
+            ):
+                # A task instead of the seed's structure (docs/architecture.md, "Tasks").
+                value = await approval_task(ctx, str(approval_id))
     except ToolError as exc:
         exc.request_id = ctx.request_id
         outcome = exc.error_code

@@ -20,6 +20,7 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 HEADER_MISMATCH = -32020  # 2026-07-28: Mcp-Method / Mcp-Name disagree with the body
+MISSING_CAPABILITY = -32021  # 2026-07-28: the request needs a client capability not declared
 UNSUPPORTED_VERSION = -32022  # 2026-07-28: protocol version not supported
 REFUSED = -32001  # Crank's own: refused before any JSON-RPC (Origin, key, agent)
 RATE_LIMITED_CODE = -32029  # Crank's own, with HTTP 429 (docs/architecture.md, "Status precedence")

@@ -15,6 +15,7 @@ import base64
 import binascii
 from typing import Any
 
+from mcp_gateway.approvals import tasks as approval_tasks
 from mcp_gateway.catalog.listing import BadCursor, server_info, tools_list_response
 from mcp_gateway.pipeline.tool_call import tools_call
 from mcp_gateway.transport.checks import read_request, require_event_stream
@@ -40,6 +41,7 @@ META_SUBSCRIPTION = "io.modelcontextprotocol/subscriptionId"
 SUPPORTED_VERSIONS = [*MODERN_VERSIONS, *reversed(LEGACY_VERSIONS)]
 # Methods with the body field that Mcp-Name must repeat.
 _NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+_NAMED |= dict.fromkeys(approval_tasks.METHODS, "taskId")  # the tasks extension's routing
 _ALLOW = {"Allow": "POST"}
 
 
@@ -122,7 +124,12 @@ def _complete(
 def _discover(exchange: Exchange) -> dict[str, Any]:
     value: dict[str, Any] = {
         "supportedVersions": SUPPORTED_VERSIONS,
-        "capabilities": {"tools": {"listChanged": True}, "prompts": {}, "resources": {}},
+        "capabilities": {
+            "tools": {"listChanged": True},
+            "prompts": {},
+            "resources": {},
+            "extensions": {approval_tasks.EXTENSION: {}},  # approvals as tasks
+        },
     }
     if exchange.agent.description:
         value["instructions"] = exchange.agent.description
@@ -147,6 +154,9 @@ async def _dispatch(exchange: Exchange, message: Message) -> None:
     elif method == "tools/call":
         # An unknown tool is -32602 in HTTP 200, as in the legacy era (docs/architecture.md, "Status precedence").
         body = await tools_call(exchange, message, modern=True)
+    elif method in approval_tasks.METHODS:  # (docs/architecture.md, "Tasks")
+        answer = await approval_tasks.serve(exchange, method, message.params)
+        body = encode(result(message.id, _complete(exchange, answer)))
     elif method in ("prompts/list", "resources/list", "resources/templates/list"):
         field = {"prompts/list": "prompts", "resources/list": "resources"}.get(
             method, "resourceTemplates"
