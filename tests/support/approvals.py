@@ -115,12 +115,17 @@ async def serve_shop() -> AsyncIterator[Shop]:
             state.gate.set()  # held requests end before the server does
 
 
-async def publish_shop(client: Client, admin: str, port: int, *, timeout_ms: int = 5000) -> None:
-    """Workspace default: the SHOP_TOKEN secret, create_order (approval), agent sales."""
+async def open_shop_workspace(client: Client, admin: str, port: int) -> None:
+    """Workspace default with the SHOP_TOKEN secret and egress to the shop on ``port``."""
     h = auth(admin)
     await ok(await client.post("/api/v1/workspaces", json={"slug": "default"}, headers=h))
     await ok(await client.put(f"{BASE}/secrets/SHOP_TOKEN", json={"value": TOKEN}, headers=h))
     await grant_egress(client, admin, "default", f"127.0.0.1:{port}")
+
+
+async def publish_shop(client: Client, admin: str, port: int, *, timeout_ms: int = 5000) -> None:
+    """Workspace default: the SHOP_TOKEN secret, create_order (approval), agent sales."""
+    await open_shop_workspace(client, admin, port)
     await publish_operation(client, admin, order_spec(port, timeout_ms=timeout_ms))
     await publish_agent(client, admin, "sales", [TOOL])
 

@@ -18,8 +18,14 @@ import httpx
 import pytest
 
 from shared.db import connect
-from tests.support.api import Client, auth, grant_egress
-from tests.support.approvals import TOKEN, Shop, behind_the_trigger, new_key, order_spec
+from tests.support.api import Client
+from tests.support.approvals import (
+    Shop,
+    behind_the_trigger,
+    new_key,
+    open_shop_workspace,
+    order_spec,
+)
 from tests.support.gateway import run_gateway, wait_until
 from tests.support.mcp import modern, request
 from tests.support.tasks import (
@@ -31,10 +37,8 @@ from tests.support.tasks import (
     task_result,
 )
 from tests.support.tool_calls import (
-    BASE,
     Caller,
     assert_tool_error,
-    ok,
     publish_agent,
     publish_operation,
 )
@@ -55,10 +59,7 @@ class Keys:
 
 @pytest.fixture
 async def keys(client: Client, admin_token: str, shop: Shop) -> Keys:
-    h = auth(admin_token)
-    await ok(await client.post("/api/v1/workspaces", json={"slug": "default"}, headers=h))
-    await ok(await client.put(f"{BASE}/secrets/SHOP_TOKEN", json={"value": TOKEN}, headers=h))
-    await grant_egress(client, admin_token, "default", f"127.0.0.1:{shop.port}")
+    await open_shop_workspace(client, admin_token, shop.port)
     for name, approval in ((GATED, True), (DIRECT, False)):
         spec = order_spec(shop.port)
         spec |= {"name": name, "safety": {"approval": approval}}
