@@ -279,3 +279,27 @@ async def test_a_task_past_the_outcome_retention_has_expired(
     answer = await task_request(a, MCP, keys.agent, "tasks/get", task_id)
     assert answer.status_code == 400
     assert answer.json()["error"]["message"] == "Failed to retrieve task: Task has expired"
+
+
+async def test_failed_and_expired_approvals_complete_with_their_tool_errors(
+    replicas: tuple[httpx.AsyncClient, httpx.AsyncClient], keys: Keys, shop: Shop, database_url: str
+) -> None:
+    a, b = replicas
+    failing = (await new_task(a, keys, "fail"))["taskId"]
+    lapsing = (await new_task(a, keys, "lapse"))["taskId"]
+    shop.status, shop.answer = 404, '{"error": "SHOP-BODY no such order"}'
+    assert (await decide(b, keys, failing, "approve")).status_code == 200
+    async with await connect(database_url, autocommit=True) as conn:
+        await behind_the_trigger(
+            conn,
+            "UPDATE approvals SET expires_at = now() - interval '1 second' WHERE id = %s",
+            (lapsing,),
+        )
+    failed = await finished(b, keys, failing)
+    assert failed["status"] == "completed"  # the extension's `failed` is for JSON-RPC errors only
+    assert_tool_error(failed["result"], "upstream_not_found")
+    assert "SHOP-BODY" not in json.dumps(failed)  # the upstream's text stays in the record
+    expired = await task_result(a, MCP, keys.agent, "tasks/get", lapsing)
+    assert expired["status"] == "completed"
+    assert_tool_error(expired["result"], "approval_expired")
+    assert expired["result"]["_meta"]["crank/approval_status"] == "expired"
