@@ -8,7 +8,8 @@ Gates run in this order (docs/architecture.md, "Gate order"): validate →
 confirmation (DELETE, or ``safety.confirmation: true``;
 mcp_gateway.pipeline.confirmation) → approval (the call becomes a pending approval row
 and answers ``approval_required``, or a repeat gets a finished approval's outcome
-once; mcp_gateway.approvals.requests) → the
+once; mcp_gateway.approvals.requests; a client that sent a progress token over SSE may
+wait on the open call for the decision, mcp_gateway.pipeline.approval_wait) → the
 upstream step (``CompiledOperation.call``), where an operation with
 ``execution_config.idempotency`` goes through the idempotency memory
 (mcp_gateway.pipeline.idempotency). The gates and the step take a ``ToolCallContext``
@@ -34,6 +35,7 @@ from mcp_gateway.catalog.snapshot import Tool
 from mcp_gateway.pipeline import confirmation
 from mcp_gateway.pipeline import idempotency as idempotency_memory
 from mcp_gateway.pipeline.accounting import account_call
+from mcp_gateway.pipeline.approval_wait import ApprovalWait
 from mcp_gateway.pipeline.context import ToolCallContext
 from mcp_gateway.pipeline.results import TRUNCATED_META, success_result, tool_result
 from mcp_gateway.transport.exchange import Exchange
@@ -55,7 +57,12 @@ async def _execute(
         await confirmation.check(ctx, tool, cleaned, confirmation_token(arguments))
     built = compiled.build(cleaned, ctx.agent.secrets)
     if tool.spec.safety.approval:
-        return await request_approval(ctx, tool, cleaned, built, wrap_arrays=wrap_arrays)
+        answer = await request_approval(ctx, tool, cleaned, built, wrap_arrays=wrap_arrays)
+        if ctx.approval_wait is None or delivered(answer) is not None:
+            return answer
+        return await ctx.approval_wait.answer(
+            answer, lambda: request_approval(ctx, tool, cleaned, built, wrap_arrays=wrap_arrays)
+        )
     idempotency = tool.spec.execution_config.idempotency
     if idempotency is not None:
         return await idempotency_memory.run(
@@ -91,7 +98,7 @@ async def _send(
     return success_result(selected.value, wrap_arrays=wrap_arrays, meta=meta)
 
 
-def _context(call: Exchange) -> ToolCallContext:
+def _context(call: Exchange, message: Message) -> ToolCallContext:
     state, settings = call.state, call.state.settings
     return ToolCallContext(
         agent=call.agent,
@@ -106,6 +113,7 @@ def _context(call: Exchange) -> ToolCallContext:
         approval_outcome_retention_s=settings.approval_outcome_retention_s,
         public_path_prefix=settings.public_path_prefix,
         idempotency_retention_s=settings.idempotency_retention_s,
+        approval_wait=ApprovalWait.plan(call, message),
     )
 
 
@@ -116,7 +124,7 @@ async def tools_call(call: Exchange, message: Message, *, modern: bool) -> bytes
     if tool is None:
         # -32602 in HTTP 200: clients read a 404 on POST as "session gone".
         return encode(error(message.id, INVALID_PARAMS, f"Unknown tool: {name}"))
-    ctx = _context(call)
+    ctx = _context(call, message)
     called_at = datetime.now(UTC)
     started = time.perf_counter()
     upstream = UpstreamCall()

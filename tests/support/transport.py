@@ -82,6 +82,7 @@ def build_transport(
         sessions=SessionSigner(TEST_SECRET_KEY, settings.mcp_session_ttl_s),
         confirmations=unused,
         streams=unused,
+        waiters=unused,
         key_use=LastUseRecorder("api_keys"),
         executor=unused,
         call_log=unused,

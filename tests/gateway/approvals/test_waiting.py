@@ -1,0 +1,290 @@
+"""Waiting on the open call for an approval's decision (docs/architecture.md,
+"Waiting for a decision"), through real gateway processes on one database and
+the official Python SDK's progress callback: the call waits on replica A while
+the approval is decided on replica B, and A learns of it by LISTEN/NOTIFY, or
+by polling alone when it does not listen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp import Client as McpClient
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.support.approval_outcomes import (
+    GATED,
+    LINES,
+    MCP,
+    NOTE,
+    Replica,
+    Shopfront,
+    arguments,
+    decide,
+    finished,
+    gateway_env,
+    record,
+    replica,
+)
+from tests.support.approvals import Shop
+from tests.support.gateway import wait_until
+from tests.support.mcp import META, modern
+from tests.support.metrics import served_gauge
+from tests.support.tool_calls import (
+    ERAS,
+    Caller,
+    legacy_headers,
+    open_session,
+    rpc,
+)
+
+APPROVAL_ID = re.compile(r"approval_[0-9a-f]{32}")
+MODES = ("auto", "legacy")  # the SDK in 2026-07-28 and in the 2025 era
+
+
+@dataclass
+class Progress:
+    """What the SDK's progress callback received."""
+
+    seen: list[tuple[float, float | None, str | None]] = field(default_factory=list)
+    first: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        self.seen.append((progress, total, message))
+        self.first.set()
+
+    async def approval_id(self) -> str:
+        """The approval the first notification names, once it came."""
+        await asyncio.wait_for(self.first.wait(), 20)
+        message = self.seen[0][2] or ""
+        assert "human must approve" in message, message
+        found = APPROVAL_ID.search(message)
+        assert found, message
+        return found[0]
+
+
+async def call_tool(
+    gateway_url: str, key: str, mode: str, case: str, progress: Progress | None
+) -> Any:
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
+        transport = streamable_http_client(gateway_url + MCP, http_client=http)
+        async with McpClient(transport, mode=mode) as mcp:
+            return await mcp.call_tool(GATED, arguments(case), progress_callback=progress)
+
+
+def lines(mode: str) -> Any:
+    first = LINES["lines"][:1]
+    return first if mode == "auto" else {"items": first}
+
+
+@pytest.fixture
+async def waiting_pair(
+    database_url: str, tmp_path: Path, shop: Shop, shopfront: Shopfront
+) -> AsyncIterator[tuple[Replica, Replica]]:
+    """A (waits; a short wait, so a time-out test stays short) and B (decides)."""
+    async with (
+        replica(database_url, tmp_path, gateway_env(shop, CRANK_APPROVAL_WAIT_S="20")) as a,
+        replica(database_url, tmp_path, gateway_env(shop)) as b,
+    ):
+        yield a, b
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_approved_on_the_other_replica_mid_wait_the_open_call_gets_the_outcome(
+    mode: str, waiting_pair: tuple[Replica, Replica], shopfront: Shopfront
+) -> None:
+    a, b = waiting_pair
+    progress = Progress()
+    call = asyncio.create_task(
+        call_tool(a.gateway.url, shopfront.agent_key, mode, f"approve-{mode}", progress)
+    )
+    approval_id = await progress.approval_id()
+    assert await served_gauge(a.gateway.metrics_port, "crank_approval_waiters") == 1
+    await decide(b.http, shopfront.approval_key, approval_id, "approve")
+
+    result = await asyncio.wait_for(call, 30)
+    assert result.is_error is False
+    assert result.structured_content == lines(mode)
+    assert result.meta == {
+        "crank/approval_id": approval_id,
+        "crank/approval_status": "completed",
+        "crank/truncated": True,
+    }
+    assert progress.seen[0][0] == 1
+    delivered_at = (await record(b.http, shopfront.approval_key, approval_id))["status"]
+    assert delivered_at == "completed"
+    # Delivered on the open call: the repeat asks anew.
+    again = await call_tool(a.gateway.url, shopfront.agent_key, mode, f"approve-{mode}", None)
+    assert again.structured_content["status"] == "approval_required"
+    assert again.structured_content["approval_id"] != approval_id
+    assert await served_gauge(a.gateway.metrics_port, "crank_approval_waiters") == 0
+
+
+async def test_denied_mid_wait_the_open_call_gets_approval_denied(
+    waiting_pair: tuple[Replica, Replica], shopfront: Shopfront
+) -> None:
+    a, b = waiting_pair
+    progress = Progress()
+    call = asyncio.create_task(
+        call_tool(a.gateway.url, shopfront.agent_key, "legacy", "deny", progress)
+    )
+    approval_id = await progress.approval_id()
+    await decide(b.http, shopfront.approval_key, approval_id, "deny")
+    result = await asyncio.wait_for(call, 30)
+    assert result.is_error is True
+    error = result.structured_content
+    assert error["error_code"] == "approval_denied"
+    assert NOTE in error["message"]
+    assert result.meta == {"crank/approval_id": approval_id, "crank/approval_status": "denied"}
+
+
+async def test_progress_keeps_coming_and_the_wait_times_out_with_the_seed_answer(
+    database_url: str, tmp_path: Path, shop: Shop, shopfront: Shopfront
+) -> None:
+    env = gateway_env(shop, CRANK_APPROVAL_WAIT_S="7")
+    async with replica(database_url, tmp_path, env) as a:
+        progress = Progress()
+        started = time.monotonic()
+        result = await call_tool(a.gateway.url, shopfront.agent_key, "auto", "late", progress)
+        waited = time.monotonic() - started
+        assert 7 <= waited < 15, waited
+        # The seed's structure, unchanged, as the immediate answer gives it.
+        immediate = await Caller(a.http, MCP, shopfront.agent_key).call(
+            "modern", GATED, arguments("late")
+        )
+        assert result.is_error is False
+        assert result.structured_content == immediate["structuredContent"]
+        assert [c.text for c in result.content] == [c["text"] for c in immediate["content"]]
+        assert result.meta is None
+        # At once, then every 5 s: 0 s and 5 s within the 7 s wait.
+        assert [p[0] for p in progress.seen] == [1, 2]
+        approval_id = result.structured_content["approval_id"]
+        assert all(approval_id in (p[2] or "") for p in progress.seen)
+
+        # The approval stays; decided later, the repeat gets the outcome.
+        await decide(a.http, shopfront.approval_key, approval_id, "approve")
+        await finished(a.http, shopfront.approval_key, approval_id, "completed")
+        later = await call_tool(a.gateway.url, shopfront.agent_key, "auto", "late", None)
+        assert later.structured_content == lines("auto")
+        assert later.meta["crank/approval_id"] == approval_id
+
+
+async def waiting_request(http: httpx.AsyncClient, key: str, era: str, case: str) -> httpx.Request:
+    """A tools/call of the gated tool with progress token 7, as a raw request."""
+    params = {"name": GATED, "arguments": arguments(case)}
+    if era == "modern":
+        body = rpc("tools/call", {**params, "_meta": {**META, "progressToken": 7}})
+        headers = modern(key, "tools/call", **{"Mcp-Name": GATED})
+    else:
+        body = rpc("tools/call", {**params, "_meta": {"progressToken": 7}})
+        headers = legacy_headers(key, await open_session(http, MCP, key))
+    return http.build_request("POST", MCP, json=body, headers=headers)
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_client_that_leaves_cancels_only_its_wait(
+    era: str, waiting_pair: tuple[Replica, Replica], shopfront: Shopfront
+) -> None:
+    a, b = waiting_pair
+    request = await waiting_request(a.http, shopfront.agent_key, era, f"gone-{era}")
+    response = await a.http.send(request, stream=True)
+    assert response.headers["content-type"] == "text/event-stream"
+    data = ""
+    async for line in response.aiter_lines():
+        if line.startswith("data: "):
+            data = line.removeprefix("data: ")
+            break
+    note = json.loads(data)
+    assert note["method"] == "notifications/progress"
+    assert note["params"]["progressToken"] == 7
+    found = APPROVAL_ID.search(note["params"]["message"])
+    assert found
+    approval_id = found[0]
+    await response.aclose()
+
+    async def no_waiters() -> bool:
+        return await served_gauge(a.gateway.metrics_port, "crank_approval_waiters") == 0
+
+    await wait_until(no_waiters)
+    assert (await record(b.http, shopfront.approval_key, approval_id))["status"] == "pending"
+    await decide(b.http, shopfront.approval_key, approval_id, "approve")
+    await finished(b.http, shopfront.approval_key, approval_id, "completed")
+    repeat = await Caller(a.http, MCP, shopfront.agent_key).call(
+        era, GATED, arguments(f"gone-{era}")
+    )
+    assert repeat["_meta"]["crank/approval_id"] == approval_id
+    assert repeat["_meta"]["crank/approval_status"] == "completed"
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_without_a_progress_token_the_answer_comes_at_once(
+    era: str, waiting_pair: tuple[Replica, Replica], shopfront: Shopfront
+) -> None:
+    a, _ = waiting_pair
+    started = time.monotonic()
+    # Accept allows SSE, but no progress token: the seed's immediate JSON answer.
+    result = await Caller(a.http, MCP, shopfront.agent_key).call(era, GATED, arguments("now"))
+    assert time.monotonic() - started < 5
+    assert result["structuredContent"]["status"] == "approval_required"
+
+
+async def test_polling_alone_ends_the_wait_within_its_interval(
+    database_url: str, tmp_path: Path, shop: Shop, shopfront: Shopfront
+) -> None:
+    """A does not LISTEN (as behind a transaction-pooling PgBouncer): its poll finds
+    the decision made on B."""
+    deaf = gateway_env(shop, CRANK_MCP_LISTEN="false")
+    async with (
+        replica(database_url, tmp_path, deaf) as a,
+        replica(database_url, tmp_path, gateway_env(shop)) as b,
+    ):
+        progress = Progress()
+        call = asyncio.create_task(
+            call_tool(a.gateway.url, shopfront.agent_key, "auto", "polled", progress)
+        )
+        approval_id = await progress.approval_id()
+        await decide(b.http, shopfront.approval_key, approval_id, "deny")
+        decided = time.monotonic()
+        result = await asyncio.wait_for(call, 30)
+        assert time.monotonic() - decided < 3  # the poll runs every second
+        assert result.structured_content["error_code"] == "approval_denied"
+
+
+async def test_sigterm_ends_a_wait_with_the_seed_answer_and_the_approval_stays(
+    database_url: str, tmp_path: Path, shop: Shop, shopfront: Shopfront
+) -> None:
+    async with (
+        replica(database_url, tmp_path, gateway_env(shop)) as a,
+        replica(database_url, tmp_path, gateway_env(shop)) as b,
+    ):
+        request = await waiting_request(a.http, shopfront.agent_key, "legacy", "stopping")
+        events: list[dict[str, Any]] = []
+        async with a.http.stream(
+            request.method, request.url, content=request.content, headers=request.headers
+        ) as response:
+            async for line in response.aiter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line.removeprefix("data: ")))
+                    if len(events) == 1:
+                        os.killpg(a.gateway.process.pid, signal.SIGTERM)
+        progress, final = events
+        assert progress["method"] == "notifications/progress"
+        found = APPROVAL_ID.search(progress["params"]["message"])
+        assert found
+        structured = final["result"]["structuredContent"]
+        assert structured["status"] == "approval_required"
+        assert structured["approval_id"] == found[0]
+        assert (await record(b.http, shopfront.approval_key, found[0]))["status"] == "pending"
