@@ -40,6 +40,7 @@ class PublishedAgent(msgspec.Struct, kw_only=True):
     description: str
     operations: list[str]
     rate_limit: RateLimit | None
+    approval_wait_s: int | None = None
 
 
 class AgentView(msgspec.Struct, kw_only=True):

@@ -7,7 +7,8 @@ skips the check). Publish and unpublish take the same check, so a publish
 always publishes the draft its caller saw, but they leave ``revision`` alone:
 an editor's draft work is not invalidated by a colleague publishing.
 
-``published`` is ``{title, description, operations, rate_limit}`` or NULL.
+``published`` is ``{title, description, operations, rate_limit}`` (plus
+``approval_wait_s`` when set) or NULL.
 ``published_version`` counts publishes and never goes back, so it still holds
 the last number after an unpublish. The catalog of an agent is its published
 operation names resolved to each operation's latest published version; a name
@@ -81,6 +82,8 @@ def published_state(draft: dict[str, Any]) -> dict[str, Any]:
     """What a publish copies out of a draft (everything but the slug)."""
     state = spec_to_builtins(agent_from_builtins(draft))  # fills defaults a stored draft lacks
     del state["slug"]
+    if state.get("approval_wait_s") is None:  # unset: states published before it stay equal
+        state.pop("approval_wait_s", None)
     return state
 
 

@@ -67,6 +67,8 @@ class ApprovalWait:
             return None
         state = exchange.state
         wait_s = state.settings.approval_wait_s
+        if exchange.agent.approval_wait_s is not None:  # an agent may only lower it
+            wait_s = min(wait_s, exchange.agent.approval_wait_s)
         if wait_s <= 0 or state.waiters.closing:
             return None
         return cls(exchange, state.waiters, token, wait_s, state.settings.language)

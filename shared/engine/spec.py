@@ -144,6 +144,10 @@ class AgentSpec(_Spec, kw_only=True):
     description: str = ""
     operations: list[str] = msgspec.field(default_factory=list)
     rate_limit: RateLimit | None = None
+    # Seconds a tools/call may wait on its open answer for an approval's decision, at
+    # most CRANK_APPROVAL_WAIT_S; 0 never waits; None takes the setting
+    # (docs/architecture.md, "Waiting for a decision").
+    approval_wait_s: int | None = None
 
 
 WEBHOOK_EVENTS: Final = (

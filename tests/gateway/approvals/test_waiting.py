@@ -24,6 +24,7 @@ import pytest
 from mcp import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.support.api import Client, auth
 from tests.support.approval_outcomes import (
     GATED,
     LINES,
@@ -39,7 +40,7 @@ from tests.support.approval_outcomes import (
     replica,
 )
 from tests.support.approvals import Shop
-from tests.support.gateway import wait_until
+from tests.support.gateway import change_agent, wait_until
 from tests.support.mcp import META, modern
 from tests.support.metrics import served_gauge
 from tests.support.tool_calls import (
@@ -288,3 +289,22 @@ async def test_sigterm_ends_a_wait_with_the_seed_answer_and_the_approval_stays(
         assert structured["status"] == "approval_required"
         assert structured["approval_id"] == found[0]
         assert (await record(b.http, shopfront.approval_key, found[0]))["status"] == "pending"
+
+
+async def test_an_agent_may_lower_the_wait_but_not_raise_it(
+    database_url: str, tmp_path: Path, shop: Shop, shopfront: Shopfront, client: Client
+) -> None:
+    too_long = {"slug": "slow", "approval_wait_s": 3601}
+    refused = await client.post(
+        "/api/v1/workspaces/default/agents", json=too_long, headers=auth(shopfront.admin)
+    )
+    assert refused.status_code == 400
+    assert "approval_wait_s" in refused.text
+    await change_agent(client, shopfront.admin, {"approval_wait_s": 2}, slug="sales")
+    async with replica(database_url, tmp_path, gateway_env(shop)) as a:
+        progress = Progress()
+        started = time.monotonic()
+        result = await call_tool(a.gateway.url, shopfront.agent_key, "auto", "agent", progress)
+        assert 2 <= time.monotonic() - started < 5  # the agent's 2 s, not the default 55 s
+        assert result.structured_content["status"] == "approval_required"
+        assert len(progress.seen) == 1
