@@ -41,8 +41,10 @@ from tests.support.approval_outcomes import (
 )
 from tests.support.approvals import Shop
 from tests.support.gateway import change_agent, wait_until
+from tests.support.js import require_node22
 from tests.support.mcp import META, modern
 from tests.support.metrics import served_gauge
+from tests.support.paths import JS_DIR
 from tests.support.tool_calls import (
     ERAS,
     Caller,
@@ -308,3 +310,52 @@ async def test_an_agent_may_lower_the_wait_but_not_raise_it(
         assert 2 <= time.monotonic() - started < 5  # the agent's 2 s, not the default 55 s
         assert result.structured_content["status"] == "approval_required"
         assert len(progress.seen) == 1
+
+
+async def test_the_typescript_sdk_waits_with_reset_timeout_on_progress(
+    database_url: str, tmp_path: Path, shop: Shop, shopfront: Shopfront
+) -> None:
+    """A 7 s request time-out, the decision after 8 s: only the progress every 5 s
+    (``resetTimeoutOnProgress``) keeps the call alive until the outcome comes."""
+    node = require_node22()
+    async with replica(database_url, tmp_path, gateway_env(shop)) as a:
+        script = await asyncio.create_subprocess_exec(
+            str(node),
+            "call_tool_waiting_v1.mjs",
+            a.gateway.url + MCP,
+            shopfront.agent_key,
+            GATED,
+            json.dumps(arguments("ts")),
+            "7000",
+            cwd=JS_DIR,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert script.stdout is not None
+
+        async def line() -> dict[str, Any]:
+            raw = await asyncio.wait_for(script.stdout.readline(), 30)  # type: ignore[union-attr]
+            value: dict[str, Any] = json.loads(raw)
+            return value
+
+        try:
+            started = time.monotonic()
+            first = await line()
+            assert first["progress"] == 1
+            found = APPROVAL_ID.search(first["message"])
+            assert found
+            assert (await line())["progress"] == 2
+            await asyncio.sleep(max(0.0, 8 - (time.monotonic() - started)))
+            await decide(a.http, shopfront.approval_key, found[0], "approve")
+            last = await line()
+            while "progress" in last:
+                last = await line()
+            assert "result" in last, last
+            result = last["result"]
+            assert result["isError"] is False
+            assert result["structuredContent"] == lines("legacy")
+            assert result["_meta"]["crank/approval_id"] == found[0]
+            assert await asyncio.wait_for(script.wait(), 30) == 0
+        finally:
+            if script.returncode is None:
+                script.kill()
+                await script.wait()
