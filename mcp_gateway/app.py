@@ -16,7 +16,9 @@ intervals; a degraded gateway keeps serving its last snapshot
 
 Shutdown: granian waits for open answers before it runs the lifespan
 shutdown, and SSE streams never end by themselves, so the first SIGTERM or
-SIGINT ends every stream at once (``StreamHub.shut_down``) and stops the
+SIGINT ends every stream at once (``StreamHub.shut_down``), ends every
+tools/call waiting for its approval with the seed's ``approval_required``
+answer (``ApprovalWaiters.shut_down``) and stops the
 approval worker from claiming; granian's own handling of the signal runs as
 before. The lifespan shutdown then gives running approved calls
 ``CRANK_APPROVAL_SHUTDOWN_GRACE_S`` to finish and hands the rest back
@@ -41,6 +43,8 @@ from granian.utils.proxies import wrap_asgi_with_proxy_headers
 from mcp_gateway.approvals import endpoints as approval_endpoints
 from mcp_gateway.approvals.expiry import ExpirySweeper
 from mcp_gateway.approvals.leases import CHANNEL as APPROVALS_CHANNEL
+from mcp_gateway.approvals.waiters import CHANNEL as FINISHED_CHANNEL
+from mcp_gateway.approvals.waiters import ApprovalWaiters
 from mcp_gateway.approvals.worker import ApprovalWorker
 from mcp_gateway.catalog.keys import KeyResolver
 from mcp_gateway.catalog.lookup_limits import LookupLimits
@@ -170,7 +174,8 @@ class GatewayApp:
             reconnect_timeout_s=10.0,
         )
         streams = StreamHub()
-        self._end_streams_on_signal(streams)
+        waiters = ApprovalWaiters(pool)
+        self._end_streams_on_signal(streams, waiters)
         hasher = KeyHasher(self.secret_key, settings.secret_key_previous)
 
         def swapped(old: Snapshot, new: Snapshot) -> None:
@@ -186,6 +191,7 @@ class GatewayApp:
             notify={
                 APPROVALS_CHANNEL: self._wake_approvals,
                 WEBHOOKS_CHANNEL: self._wake_webhooks,
+                FINISHED_CHANNEL: waiters.finished,
             },
             options=SnapshotOptions(
                 page_size=settings.mcp_tools_page_size,
@@ -216,6 +222,7 @@ class GatewayApp:
                 self.secret_key, settings.elicitation_ttl_s, REQUEST_STATES
             ),
             streams=streams,
+            waiters=waiters,
             key_use=LastUseRecorder("api_keys"),
             call_log=CallLogWriter(pool, interval_s=settings.call_log_flush_ms / 1000),
             executor=UpstreamExecutor(
@@ -257,6 +264,7 @@ class GatewayApp:
             ),
         )
         self._webhooks.start()
+        waiters.start()
         replicas.start()
         self._pruner = Pruner(pool, settings)
         self._pruner.start()
@@ -274,7 +282,7 @@ class GatewayApp:
             log.warning("metrics_port_unavailable", port=settings.metrics_port, error=str(exc))
         log.info("gateway_started", snapshot_version=refresher.snapshot.version)
 
-    def _end_streams_on_signal(self, streams: StreamHub) -> None:
+    def _end_streams_on_signal(self, streams: StreamHub, waiters: ApprovalWaiters) -> None:
         """Chain a handler for SIGTERM and SIGINT in front of the server's own.
 
         asyncio dispatches its signal handlers through the wake-up fd, not the
@@ -293,17 +301,18 @@ class GatewayApp:
             def handler(number: int, frame: FrameType | None, previous: Any = previous) -> None:
                 if not loop.is_closed():
                     loop.call_soon_threadsafe(streams.shut_down)
+                    loop.call_soon_threadsafe(waiters.shut_down)
                     loop.call_soon_threadsafe(self._stop_claiming)
                 previous(number, frame)
 
             signal.signal(signum, handler)
             self._chained_signals[signum] = previous
 
-    def _wake_approvals(self) -> None:
+    def _wake_approvals(self, _payload: str | None = None) -> None:
         if self.state is not None and self.state.approvals is not None:
             self.state.approvals.wake()
 
-    def _wake_webhooks(self) -> None:
+    def _wake_webhooks(self, _payload: str | None = None) -> None:
         if self._webhooks is not None:
             self._webhooks.wake()
 
@@ -333,6 +342,7 @@ class GatewayApp:
             if self._webhooks is not None:  # before the executor closes
                 await self._webhooks.stop()
             self.state.streams.shut_down()
+            await self.state.waiters.stop()
             await self.state.replicas.stop()
             await self.state.key_use.stop(self.state.pool)
             await self.state.call_log.stop()

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from psycopg_pool import AsyncConnectionPool
 
+from mcp_gateway.approvals.waiters import ApprovalWaiters
 from mcp_gateway.catalog.keys import KeyResolver
 from mcp_gateway.catalog.refresher import Refresher
 from mcp_gateway.pipeline.confirmation_tokens import ConfirmationSigner
@@ -37,6 +38,7 @@ class GatewayState:
     confirmations: ConfirmationSigner  # DELETE confirmation tokens (ct_)
     request_states: ConfirmationSigner  # DELETE confirmations asked of the human (rs_)
     streams: StreamHub
+    waiters: ApprovalWaiters  # tools/call answers held open for their approval
     key_use: LastUseRecorder
     executor: UpstreamExecutor
     call_log: CallLogWriter  # tools/call rows, written in batches

@@ -54,6 +54,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     approval_outcome_retention_s: int = 86400
     approval_workers: int = 8  # approved calls one gateway process runs at once
     approval_shutdown_grace_s: int = 10  # on SIGTERM, running approved calls may finish this long
+    # A tools/call with a progress token is held open this long for its approval's
+    # decision (docs/architecture.md, "Waiting for a decision"); 0 never waits.
+    approval_wait_s: int = 55
     confirmation_ttl_s: int = 300  # a DELETE confirmation token is valid this long
     elicitation_ttl_s: int = 300  # a human has this long to answer a DELETE confirmation form
     idempotency_retention_s: int = 86400  # how long a completed idempotent call is replayed
@@ -184,6 +187,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise SettingsError("CRANK_APPROVAL_WORKERS must be between 1 and 256")
     if not 0 <= settings.approval_shutdown_grace_s <= 3600:
         raise SettingsError("CRANK_APPROVAL_SHUTDOWN_GRACE_S must be between 0 and 3600")
+    if not 0 <= settings.approval_wait_s <= 3600:
+        raise SettingsError("CRANK_APPROVAL_WAIT_S must be between 0 and 3600")
     for name in (
         "call_log_retention_days",
         "audit_log_retention_days",

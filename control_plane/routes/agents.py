@@ -41,6 +41,7 @@ class PublishedAgent(msgspec.Struct, kw_only=True):
     operations: list[str]
     rate_limit: RateLimit | None
     confirmation_mode: ConfirmationMode = "auto"  # published before the field existed: auto
+    approval_wait_s: int | None = None
 
 
 class AgentView(msgspec.Struct, kw_only=True):

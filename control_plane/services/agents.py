@@ -8,7 +8,8 @@ always publishes the draft its caller saw, but they leave ``revision`` alone:
 an editor's draft work is not invalidated by a colleague publishing.
 
 ``published`` is ``{title, description, operations, rate_limit, confirmation_mode}``
-or NULL (rows published before ``confirmation_mode`` existed lack it: ``auto``).
+(plus ``approval_wait_s`` when set) or NULL (rows published before
+``confirmation_mode`` existed lack it: ``auto``).
 ``published_version`` counts publishes and never goes back, so it still holds
 the last number after an unpublish. The catalog of an agent is its published
 operation names resolved to each operation's latest published version; a name
@@ -82,6 +83,8 @@ def published_state(draft: dict[str, Any]) -> dict[str, Any]:
     """What a publish copies out of a draft (everything but the slug)."""
     state = spec_to_builtins(agent_from_builtins(draft))  # fills defaults a stored draft lacks
     del state["slug"]
+    if state.get("approval_wait_s") is None:  # unset: states published before it stay equal
+        state.pop("approval_wait_s", None)
     return state
 
 

@@ -96,11 +96,12 @@ class Refresher:
         listen: bool,
         on_swap: Callable[[Snapshot, Snapshot], None],
         options: SnapshotOptions | None = None,
-        notify: Mapping[str, Callable[[], None]] | None = None,
+        notify: Mapping[str, Callable[[str | None], None]] | None = None,
     ) -> None:
         self._conninfo = conninfo
-        # More channels to LISTEN on: each notification (and each reconnect, for
-        # anything missed) calls its callback instead of waking the poll.
+        # More channels to LISTEN on: each notification calls its callback with the
+        # payload instead of waking the poll; each reconnect calls it with None
+        # (anything may have been missed).
         self._notify = dict(notify or {})
         self._refresh_s = refresh_s
         self._listen = listen
@@ -225,6 +226,13 @@ class Refresher:
         except Exception:  # a bug in loading or swapping: the loop polls on, readiness decays
             log.exception("snapshot_refresh_failed")
 
+    def _dispatch(self, channel: str, payload: str) -> None:
+        callback = self._notify.get(channel)
+        if callback is None:
+            self.wake()
+        else:
+            callback(payload)
+
     async def _listen_loop(self) -> None:
         backoff = 0.5
         while True:
@@ -236,10 +244,10 @@ class Refresher:
                     backoff = 0.5
                     self.wake()  # anything missed while not listening
                     for callback in self._notify.values():
-                        callback()
+                        callback(None)
                     while True:
                         async for note in conn.notifies(timeout=_LISTEN_CHECK_S):
-                            self._notify.get(note.channel, self.wake)()
+                            self._dispatch(note.channel, note.payload)
                         await within(_PROBE_TIMEOUT_S, conn.execute("SELECT 1"))
             except _UNREACHABLE as exc:
                 _LISTEN_FAILURES.inc()

@@ -60,6 +60,7 @@ class Agent:
     description: str = ""
     rate_limit: RateLimit | None = None
     confirmation_mode: ConfirmationMode = "auto"  # AgentSpec.confirmation_mode
+    approval_wait_s: int | None = None  # lowers CRANK_APPROVAL_WAIT_S for this agent
     tools: tuple[Tool, ...] = ()  # in the order the agent binds them
     by_name: dict[str, Tool] = field(default_factory=dict)
     # JSON arrays of tool definitions, one per page of CRANK_MCP_TOOLS_PAGE_SIZE.
@@ -229,6 +230,7 @@ async def load_snapshot(conn: Connection, options: SnapshotOptions | None = None
                 description=published.get("description") or "",
                 rate_limit=msgspec.convert(rate, RateLimit) if rate else None,
                 confirmation_mode=published.get("confirmation_mode") or "auto",
+                approval_wait_s=published.get("approval_wait_s"),
                 tools=tools,
                 by_name={t.name: t for t in tools},
                 pages=pages,

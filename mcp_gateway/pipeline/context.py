@@ -8,6 +8,8 @@ values and not on the request object or the whole process state.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import msgspec
 from psycopg_pool import AsyncConnectionPool
 
@@ -16,6 +18,9 @@ from mcp_gateway.pipeline.confirmation_tokens import ConfirmationSigner
 from shared.db import Connection
 from shared.engine.errors import Language
 from shared.engine.outbound import UpstreamExecutor
+
+if TYPE_CHECKING:  # the wait reaches the transport, which imports this module's users
+    from mcp_gateway.pipeline.approval_wait import ApprovalWait
 
 
 # A frozen msgspec Struct, not a dataclass: built on every tools/call, and a frozen
@@ -36,3 +41,5 @@ class ToolCallContext(msgspec.Struct, frozen=True, kw_only=True):
     approval_outcome_retention_s: int  # CRANK_APPROVAL_OUTCOME_RETENTION_S
     public_path_prefix: str  # CRANK_PUBLIC_PATH_PREFIX, for the approval URLs
     idempotency_retention_s: int  # CRANK_IDEMPOTENCY_RETENTION_S
+    # Set when the call may wait on its open SSE answer for its approval's decision.
+    approval_wait: ApprovalWait | None = None

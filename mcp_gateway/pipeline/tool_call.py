@@ -10,7 +10,8 @@ mcp_gateway.pipeline.confirmation, or for a 2026-07-28 client that declares
 elicitation the human's answer to a form, mcp_gateway.pipeline.elicitation) →
 approval (the call becomes a pending approval row and answers
 ``approval_required``, or a repeat gets a finished approval's outcome once;
-mcp_gateway.approvals.requests) → the
+mcp_gateway.approvals.requests; a client that sent a progress token over SSE may
+wait on the open call for the decision, mcp_gateway.pipeline.approval_wait) → the
 upstream step (``CompiledOperation.call``), where an operation with
 ``execution_config.idempotency`` goes through the idempotency memory
 (mcp_gateway.pipeline.idempotency). The gates and the step take a ``ToolCallContext``
@@ -39,6 +40,7 @@ from mcp_gateway.catalog.snapshot import Tool
 from mcp_gateway.pipeline import confirmation, elicitation
 from mcp_gateway.pipeline import idempotency as idempotency_memory
 from mcp_gateway.pipeline.accounting import account_call
+from mcp_gateway.pipeline.approval_wait import ApprovalWait
 from mcp_gateway.pipeline.context import ToolCallContext
 from mcp_gateway.pipeline.results import TRUNCATED_META, success_result, tool_result
 from mcp_gateway.transport.exchange import Exchange
@@ -71,7 +73,12 @@ async def _execute(
                 return asking
     built = compiled.build(cleaned, ctx.agent.secrets)
     if tool.spec.safety.approval:
-        return await request_approval(ctx, tool, cleaned, built, wrap_arrays=wrap_arrays)
+        answer = await request_approval(ctx, tool, cleaned, built, wrap_arrays=wrap_arrays)
+        if ctx.approval_wait is None or delivered(answer) is not None:
+            return answer
+        return await ctx.approval_wait.answer(
+            answer, lambda: request_approval(ctx, tool, cleaned, built, wrap_arrays=wrap_arrays)
+        )
     idempotency = tool.spec.execution_config.idempotency
     if idempotency is not None:
         return await idempotency_memory.run(
@@ -124,7 +131,7 @@ def _human(call: Exchange, message: Message, tool: Tool, *, modern: bool) -> Hum
     return _AsksHuman(elicitation.read_answer(message.params))
 
 
-def _context(call: Exchange) -> ToolCallContext:
+def _context(call: Exchange, message: Message, *, may_wait: bool) -> ToolCallContext:
     state, settings = call.state, call.state.settings
     return ToolCallContext(
         agent=call.agent,
@@ -140,6 +147,7 @@ def _context(call: Exchange) -> ToolCallContext:
         approval_outcome_retention_s=settings.approval_outcome_retention_s,
         public_path_prefix=settings.public_path_prefix,
         idempotency_retention_s=settings.idempotency_retention_s,
+        approval_wait=ApprovalWait.plan(call, message) if may_wait else None,
     )
 
 
@@ -154,7 +162,10 @@ async def tools_call(call: Exchange, message: Message, *, modern: bool) -> bytes
         human = _human(call, message, tool, modern=modern)
     except elicitation.MalformedAnswer as exc:
         return encode(error(message.id, INVALID_PARAMS, str(exc)))
-    ctx = _context(call)
+    # A client that follows a task polls it instead of waiting on the open call
+    # (docs/architecture.md, "Tasks").
+    as_task = modern and declares_tasks(message.params.get("_meta"))
+    ctx = _context(call, message, may_wait=not as_task)
     called_at = datetime.now(UTC)
     started = time.perf_counter()
     upstream = UpstreamCall()
@@ -176,11 +187,7 @@ async def tools_call(call: Exchange, message: Message, *, modern: bool) -> bytes
                 "approval_required",
                 value["structuredContent"]["approval_id"],
             )
-            if (
-                modern
-                and outcome == "approval_required"
-                and declares_tasks(message.params.get("_meta"))
-            ):
+            if as_task and outcome == "approval_required":
                 # A task instead of the seed's structure (docs/architecture.md, "Tasks").
                 value = await approval_task(ctx, str(approval_id))
     except ToolError as exc:

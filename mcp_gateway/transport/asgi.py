@@ -112,3 +112,9 @@ async def send_comment(send: Send, text: bytes = b"keep-alive") -> None:
 async def end_stream(send: Send) -> None:
     """Ends a stream's HTTP body, with no final event."""
     await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def wait_disconnect(receive: Receive) -> None:
+    """Returns when the client has gone away (the request body was read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass

@@ -54,7 +54,7 @@ async def read_request(exchange: Exchange, *, batches: bool) -> Message | list[A
 async def read_request(exchange: Exchange, *, batches: bool) -> Message | list[Any]:
     """The POST body as one JSON-RPC message, or (``batches``) as a batch's raw items.
 
-    Also notes on the exchange whether the answer may be JSON."""
+    Also notes on the exchange whether the answer may be JSON, and may be SSE."""
     headers = exchange.headers
     content_type = (headers.get("content-type") or "").split(";")[0].strip().lower()
     if content_type != "application/json":
@@ -66,7 +66,7 @@ async def read_request(exchange: Exchange, *, batches: bool) -> Message | list[A
             "Accept must allow application/json or text/event-stream",
             code=INVALID_REQUEST,
         )
-    exchange.json_answer = accepted[0]
+    exchange.json_answer, exchange.sse_ok = accepted
     try:
         body = await read_body(exchange.receive, exchange.state.settings.max_body_bytes)
     except BodyTooLarge:

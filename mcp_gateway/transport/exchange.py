@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from mcp_gateway.catalog.snapshot import Agent, Key
@@ -59,6 +60,8 @@ class Exchange:
     json_answer: bool = (
         True  # the client takes JSON (else one SSE event); see transport.checks.read_request
     )
+    sse_ok: bool = False  # the client takes an SSE answer (a tools/call may then wait)
+    streaming: bool = False  # an SSE answer is open: notifications went out before the reply
 
     @property
     def label(self) -> str:
@@ -104,8 +107,27 @@ class Exchange:
             rpc_id=rpc_id,
         )
 
+    async def notify(self, body: bytes) -> bool:
+        """A notification ahead of the reply, on an SSE answer opened by the first one;
+        False when the client has gone away."""
+        try:
+            if not self.streaming:
+                requests_counter(self.label, 200).inc()
+                await start_stream(self.send)
+                self.streaming = True
+            await send_event(self.send, body)
+        except OSError:
+            return False
+        return True
+
     async def reply(self, body: bytes, headers: dict[str, str] | None = None) -> None:
-        """A 200 answer: JSON when the client accepts it, else one SSE event."""
+        """A 200 answer: JSON when the client accepts it, else one SSE event; after
+        ``notify``, the last event of the open SSE answer."""
+        if self.streaming:
+            with contextlib.suppress(OSError):  # the client may have left meanwhile
+                await send_event(self.send, body)
+                await end_stream(self.send)
+            return
         if self.json_answer:
             await self.answer(200, body, headers)
             return

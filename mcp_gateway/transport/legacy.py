@@ -112,6 +112,7 @@ async def _batch(exchange: Exchange, items: list[Any], version_header: str | Non
     not run and each gets an error saying so (docs/mcp-interface.md, "Rules inside a
     session")."""
     exchange.rpc_method = "batch"
+    exchange.sse_ok = False  # one JSON array answers a batch: no call in it waits
     claims = _session(exchange, version_header)
     if claims.protocol_version != BATCH_VERSION or not items:
         raise ProtocolError(400, BATCHES_REFUSED, code=INVALID_REQUEST)

@@ -27,6 +27,7 @@ from mcp_gateway.transport.asgi import (
     send_comment,
     send_event,
     start_stream,
+    wait_disconnect,
 )
 from mcp_gateway.upkeep.metrics import OPEN_STREAMS
 
@@ -93,7 +94,7 @@ async def serve_stream(
     hub shuts down."""
     queue = hub.open(agent_id)
     OPEN_STREAMS.inc()
-    disconnected = asyncio.ensure_future(_wait_disconnect(receive))
+    disconnected = asyncio.ensure_future(wait_disconnect(receive))
     closing = asyncio.ensure_future(hub.closing())
     try:
         await start_stream(send)
@@ -127,8 +128,3 @@ async def serve_stream(
                 await waiter
         hub.close(agent_id, queue)
         OPEN_STREAMS.dec()
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass

@@ -35,6 +35,11 @@ SNAPSHOT_AGE = Gauge(
     registry=REGISTRY,
 )
 OPEN_STREAMS = Gauge("crank_mcp_open_streams", "Open SSE streams.", registry=REGISTRY)
+APPROVAL_WAITERS = Gauge(
+    "crank_approval_waiters",
+    "tools/call answers held open for a human's decision on their approval.",
+    registry=REGISTRY,
+)
 
 # Per tool. Label values stay bounded: agents and tools are admin-defined
 # catalog entries, and outcome is "ok" or a code of the closed list in shared.engine.errors.

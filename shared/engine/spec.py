@@ -151,6 +151,10 @@ class AgentSpec(_Spec, kw_only=True):
     # elicitation (2026-07-28) and hands other clients a ct_ token; "token" hands
     # every client the token (docs/architecture.md, "DELETE confirmation").
     confirmation_mode: ConfirmationMode = "auto"
+    # Seconds a tools/call may wait on its open answer for an approval's decision, at
+    # most CRANK_APPROVAL_WAIT_S; 0 never waits; None takes the setting
+    # (docs/architecture.md, "Waiting for a decision").
+    approval_wait_s: int | None = None
 
 
 WEBHOOK_EVENTS: Final = (

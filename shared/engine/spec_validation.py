@@ -544,6 +544,9 @@ def validate_operation(spec: OperationSpec) -> list[FieldError]:
     return errors
 
 
+MAX_APPROVAL_WAIT_S = 3600  # as CRANK_APPROVAL_WAIT_S
+
+
 def validate_agent(spec: AgentSpec) -> list[FieldError]:
     """Every problem with a decoded agent spec; empty when it may be saved."""
     errors: list[FieldError] = []
@@ -563,6 +566,10 @@ def validate_agent(spec: AgentSpec) -> list[FieldError]:
             errors.append(FieldError("rate_limit.requests", "must be at least 1"))
         if not 1 <= spec.rate_limit.per_seconds <= 86400:
             errors.append(FieldError("rate_limit.per_seconds", "must be between 1 and 86400"))
+    if spec.approval_wait_s is not None and not 0 <= spec.approval_wait_s <= MAX_APPROVAL_WAIT_S:
+        errors.append(
+            FieldError("approval_wait_s", f"must be between 0 and {MAX_APPROVAL_WAIT_S} seconds")
+        )
     return errors
 
 

@@ -44,6 +44,8 @@ def test_lists_and_booleans_are_parsed() -> None:
         ("CRANK_WEBHOOK_RETRY_BASE_MS", "0"),
         ("CRANK_WEBHOOK_MAX_AGE_S", "0"),
         ("CRANK_WEBHOOK_RETENTION_DAYS", "-1"),
+        ("CRANK_APPROVAL_WAIT_S", "-1"),
+        ("CRANK_APPROVAL_WAIT_S", "3601"),
     ],
 )
 def test_bad_values_are_clear_errors(name: str, value: str) -> None:
@@ -68,3 +70,8 @@ def test_webhook_settings_default_to_a_day_of_retries_from_five_seconds() -> Non
     assert settings.public_url == "https://crank.example.com/"
     assert (settings.webhook_retry_base_ms, settings.webhook_max_age_s) == (5000, 86400)
     assert settings.webhook_retention_days == 30
+
+
+def test_an_approval_wait_of_55_seconds_is_the_default_and_0_turns_it_off() -> None:
+    assert load_settings({}).approval_wait_s == 55
+    assert load_settings({"CRANK_APPROVAL_WAIT_S": "0"}).approval_wait_s == 0

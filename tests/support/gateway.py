@@ -124,18 +124,17 @@ async def seed_catalog(client: Client, admin: str) -> Catalog:
     return Catalog(admin, keys["currency-rates"], keys["other"], approval.json()["key"])
 
 
-async def change_agent(client: Client, admin: str, changes: dict[str, Any]) -> None:
-    """Change currency-rates' draft (of ``seed_catalog``) by ``changes`` and publish it."""
-    base = "/api/v1/workspaces/default"
-    read = await client.get(f"{base}/agents/currency-rates", headers=auth(admin))
+async def change_agent(
+    client: Client, admin: str, changes: dict[str, Any], slug: str = "currency-rates"
+) -> None:
+    """Change an agent's draft in workspace default (by default currency-rates, of
+    ``seed_catalog``) by ``changes`` and publish it."""
+    base = f"/api/v1/workspaces/default/agents/{slug}"
+    read = await client.get(base, headers=auth(admin))
     draft = {**read.json()["draft"], **changes}
-    put = await client.put(
-        f"{base}/agents/currency-rates", json=draft, headers=auth(admin, read.headers["etag"])
-    )
+    put = await client.put(base, json=draft, headers=auth(admin, read.headers["etag"]))
     assert put.is_success, put.text
-    published = await client.post(
-        f"{base}/agents/currency-rates/publish", headers=auth(admin, put.headers["etag"])
-    )
+    published = await client.post(f"{base}/publish", headers=auth(admin, put.headers["etag"]))
     assert published.is_success, published.text
 
 

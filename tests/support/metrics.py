@@ -25,3 +25,14 @@ async def served_counts(port: int, name: str, label: str) -> dict[str, float]:
         for sample in family.samples
         if sample.name == name and label in sample.labels
     }
+
+
+async def served_gauge(port: int, name: str) -> float:
+    """The value of an unlabelled gauge ``name`` a gateway serves on its metrics ``port``."""
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                return float(sample.value)
+    raise AssertionError(f"{name} is not served")

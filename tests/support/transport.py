@@ -83,6 +83,7 @@ def build_transport(
         confirmations=unused,
         request_states=unused,
         streams=unused,
+        waiters=unused,
         key_use=LastUseRecorder("api_keys"),
         executor=unused,
         call_log=unused,

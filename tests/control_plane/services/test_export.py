@@ -59,6 +59,7 @@ async def acme(client: Client, admin_token: str) -> str:
     edited["operations"][3]["title"] = "List orders"
     edited["operations"][0]["response"]["max_items"] = 10
     edited["agents"][1]["description"] = "Looks up and refunds orders."
+    edited["agents"][1]["approval_wait_s"] = 30
     plan = await apply(client, admin_token, base, edited)
     assert [i["action"] for i in plan["items"]].count("update") == 3
     return base
@@ -90,6 +91,8 @@ async def test_drafts_export_applied_to_an_empty_workspace_exports_the_same_file
         "name": "X-Api-Key",
     }
     assert first["agents"][0]["rate_limit"] == {"requests": 60, "per_seconds": 60}
+    assert "approval_wait_s" not in first["agents"][0]  # unset: left out, as every default
+    assert first["agents"][2]["approval_wait_s"] == 30
 
     copy_base = await make_workspace(client, admin_token, "copy", secrets=False)
     plan = await apply(client, admin_token, copy_base, without_workspace(first))

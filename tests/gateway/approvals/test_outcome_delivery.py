@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,89 +24,24 @@ from mcp.client.streamable_http import streamable_http_client
 
 from shared.db import connect
 from shared.engine.errors import suggested_action
-from tests.support.api import Client, auth, grant_egress
-from tests.support.approvals import TOKEN, Shop, behind_the_trigger, new_key, order_spec
-from tests.support.gateway import Gateway, run_gateway, wait_until
-from tests.support.tool_calls import (
-    BASE,
-    ERAS,
-    Caller,
-    assert_tool_error,
-    ok,
-    publish_agent,
-    publish_operation,
+from tests.support.api import Client, auth
+from tests.support.approval_outcomes import (
+    DIRECT,
+    GATED,
+    LINES,
+    MCP,
+    NOTE,
+    Replica,
+    Shopfront,
+    arguments,
+    decide,
+    finished,
+    gateway_env,
+    record,
 )
-
-MCP = "/mcp/v1/default/sales"
-APPROVALS = "/v1/default/sales/approvals"
-GATED, DIRECT = "approve_lines", "list_lines"
-LINES = {"lines": [{"sku": "sku-1", "qty": 2}, {"sku": "sku-2", "qty": 1}]}
-NOTE = "Not this week, ask Anna"
-
-
-def lines_spec(port: int, name: str, *, approval: bool) -> dict[str, Any]:
-    spec = order_spec(port)
-    spec["name"] = name
-    # An array (wrapped for the 2025 revisions), cut to one item (marked crank/truncated).
-    spec["response"] = {"select": "lines", "max_items": 1}
-    spec["safety"] = {"approval": approval}
-    return spec
-
-
-@dataclass
-class Shopfront:
-    admin: str
-    agent_key: str
-    approval_key: str
-
-
-@pytest.fixture
-async def shopfront(client: Client, admin_token: str, shop: Shop) -> Shopfront:
-    h = auth(admin_token)
-    await ok(await client.post("/api/v1/workspaces", json={"slug": "default"}, headers=h))
-    await ok(await client.put(f"{BASE}/secrets/SHOP_TOKEN", json={"value": TOKEN}, headers=h))
-    await grant_egress(client, admin_token, "default", f"127.0.0.1:{shop.port}")
-    for name, approval in ((GATED, True), (DIRECT, False)):
-        await publish_operation(client, admin_token, lines_spec(shop.port, name, approval=approval))
-    agent_key = await publish_agent(client, admin_token, "sales", [GATED, DIRECT])
-    shop.answer = json.dumps(LINES)
-    return Shopfront(
-        admin_token, agent_key, await new_key(client, admin_token, "sales", "approval")
-    )
-
-
-def gateway_env(shop: Shop, **extra: str) -> dict[str, str]:
-    return {
-        "CRANK_UPSTREAM_ALLOWLIST": f"127.0.0.1:{shop.port}",
-        "CRANK_CALL_LOG_FLUSH_MS": "100",
-        "CRANK_RATE_LIMIT": "off",
-        **extra,
-    }
-
-
-@dataclass
-class Replica:
-    gateway: Gateway
-    http: httpx.AsyncClient
-
-
-@pytest.fixture
-async def replicas(
-    database_url: str, tmp_path: Path, shop: Shop, shopfront: Shopfront
-) -> AsyncIterator[tuple[Replica, Replica]]:
-    """Replicas A and B of one gateway on one database."""
-    env = gateway_env(shop)
-    async with (
-        run_gateway(database_url, tmp_path, extra_env=env) as a,
-        run_gateway(database_url, tmp_path, extra_env=env) as b,
-        httpx.AsyncClient(base_url=a.url, timeout=20) as http_a,
-        httpx.AsyncClient(base_url=b.url, timeout=20) as http_b,
-    ):
-        yield Replica(a, http_a), Replica(b, http_b)
-
-
-def arguments(case: str) -> dict[str, Any]:
-    return {"item": f"sku-{case}", "request_id": f"req-{case}"}
+from tests.support.approvals import Shop, behind_the_trigger
+from tests.support.gateway import run_gateway, wait_until
+from tests.support.tool_calls import BASE, ERAS, Caller, assert_tool_error
 
 
 async def ask(caller: Caller, era: str, case: str) -> str:
@@ -118,30 +51,6 @@ async def ask(caller: Caller, era: str, case: str) -> str:
     assert result["structuredContent"]["status"] == "approval_required", result
     assert "_meta" not in result
     return str(result["structuredContent"]["approval_id"])
-
-
-async def decide(http: httpx.AsyncClient, key: str, approval_id: str, action: str) -> None:
-    body = {"approve": "yes" if action == "approve" else "no", "note": NOTE}
-    answer = await http.post(
-        f"{APPROVALS}/{approval_id}/{action}",
-        json=body,
-        headers={"Authorization": f"Bearer {key}"},
-    )
-    assert answer.status_code == 200, answer.text
-
-
-async def record(http: httpx.AsyncClient, key: str, approval_id: str) -> dict[str, Any]:
-    read = await http.get(f"{APPROVALS}/{approval_id}", headers={"Authorization": f"Bearer {key}"})
-    assert read.status_code == 200, read.text
-    found: dict[str, Any] = read.json()
-    return found
-
-
-async def finished(http: httpx.AsyncClient, key: str, approval_id: str, status: str) -> None:
-    async def done() -> bool:
-        return bool((await record(http, key, approval_id))["status"] == status)
-
-    await wait_until(done, timeout_s=20)
 
 
 async def overdue(database_url: str, approval_id: str) -> None:

@@ -9,6 +9,7 @@ and every answer is checked against the extension's shapes (tests.support.tasks)
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -303,3 +304,23 @@ async def test_failed_and_expired_approvals_complete_with_their_tool_errors(
     assert expired["status"] == "completed"
     assert_tool_error(expired["result"], "approval_expired")
     assert expired["result"]["_meta"]["crank/approval_status"] == "expired"
+
+
+async def test_a_task_client_with_a_progress_token_gets_its_task_at_once_not_a_wait(
+    replicas: tuple[httpx.AsyncClient, httpx.AsyncClient], keys: Keys
+) -> None:
+    a, _ = replicas
+    meta = {**TASKS_META, "progressToken": "p-1"}
+    body = request("tools/call", {"name": GATED, "arguments": arguments("progress")}, meta)
+    started = time.perf_counter()
+    answer = await a.post(
+        MCP, json=body, headers=modern(keys.agent, "tools/call", **{"Mcp-Name": GATED})
+    )
+    # Waiting would hold the call for CRANK_APPROVAL_WAIT_S (55 s by default).
+    assert time.perf_counter() - started < 10
+    assert answer.status_code == 200, answer.text
+    text = answer.text
+    if answer.headers["content-type"].startswith("text/event-stream"):
+        text = [line for line in text.splitlines() if line.startswith("data: ")][-1][6:]
+    task = check(json.loads(text)["result"], CREATE_TASK_RESULT)
+    assert task["status"] == "working"

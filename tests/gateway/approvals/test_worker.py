@@ -466,7 +466,7 @@ async def test_a_notification_wakes_the_worker_through_the_refresher(
             refresh_s=60,
             listen=True,
             on_swap=lambda old, new: None,
-            notify={leases.CHANNEL: worker.wake},
+            notify={leases.CHANNEL: lambda _payload: worker.wake()},
         )
         await refresher.start()
         try:
