@@ -20,6 +20,7 @@ AGENT = "default/rates"
 BACKGROUND_TASKS = (
     "approval_claims",
     "approval_expiry",
+    "approval_wait_poll",
     "call_log_flush",
     "last_use_api_keys",
     "replica_heartbeat",
