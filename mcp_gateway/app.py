@@ -50,6 +50,7 @@ from mcp_gateway.catalog.keys import KeyResolver
 from mcp_gateway.catalog.lookup_limits import LookupLimits
 from mcp_gateway.catalog.refresher import Refresher, resilient_conninfo
 from mcp_gateway.catalog.snapshot import Snapshot, SnapshotOptions
+from mcp_gateway.pipeline import elicitation_stream
 from mcp_gateway.pipeline.confirmation_tokens import REQUEST_STATES, ConfirmationSigner
 from mcp_gateway.state import GatewayState
 from mcp_gateway.transport import endpoint
@@ -175,6 +176,7 @@ class GatewayApp:
         )
         streams = StreamHub()
         waiters = ApprovalWaiters(pool)
+        elicitation_waiters = elicitation_stream.answer_waiters(pool)
         self._end_streams_on_signal(streams, waiters)
         hasher = KeyHasher(self.secret_key, settings.secret_key_previous)
 
@@ -192,6 +194,7 @@ class GatewayApp:
                 APPROVALS_CHANNEL: self._wake_approvals,
                 WEBHOOKS_CHANNEL: self._wake_webhooks,
                 FINISHED_CHANNEL: waiters.finished,
+                elicitation_stream.CHANNEL: elicitation_waiters.finished,
             },
             options=SnapshotOptions(
                 page_size=settings.mcp_tools_page_size,
@@ -223,6 +226,7 @@ class GatewayApp:
             ),
             streams=streams,
             waiters=waiters,
+            elicitation_waiters=elicitation_waiters,
             key_use=LastUseRecorder("api_keys"),
             call_log=CallLogWriter(pool, interval_s=settings.call_log_flush_ms / 1000),
             executor=UpstreamExecutor(
@@ -265,6 +269,7 @@ class GatewayApp:
         )
         self._webhooks.start()
         waiters.start()
+        elicitation_waiters.start()
         replicas.start()
         self._pruner = Pruner(pool, settings)
         self._pruner.start()
@@ -343,6 +348,7 @@ class GatewayApp:
                 await self._webhooks.stop()
             self.state.streams.shut_down()
             await self.state.waiters.stop()
+            await self.state.elicitation_waiters.stop()
             await self.state.replicas.stop()
             await self.state.key_use.stop(self.state.pool)
             await self.state.call_log.stop()

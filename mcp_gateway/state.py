@@ -39,6 +39,7 @@ class GatewayState:
     request_states: ConfirmationSigner  # DELETE confirmations asked of the human (rs_)
     streams: StreamHub
     waiters: ApprovalWaiters  # tools/call answers held open for their approval
+    elicitation_waiters: ApprovalWaiters  # 2025 calls waiting for the human's form answer
     key_use: LastUseRecorder
     executor: UpstreamExecutor
     call_log: CallLogWriter  # tools/call rows, written in batches

@@ -33,16 +33,27 @@ from shared.periodic import PeriodicTask
 
 CHANNEL = "crank_approval_finished"  # NOTIFY payload: the approval id
 POLL_S = 1.0
+_APPROVALS_FINISHED = f"SELECT id FROM approvals WHERE id = ANY(%s) AND status IN {FINISHED}"
 
 
 class ApprovalWaiters:
     """This process's waits by approval id; see the module docstring."""
 
-    def __init__(self, pool: AsyncConnectionPool[Connection], *, poll_s: float = POLL_S) -> None:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Connection],
+        *,
+        poll_s: float = POLL_S,
+        name: str = "approval_wait_poll",
+        finished_sql: str = _APPROVALS_FINISHED,  # the ids of ``%s`` that are done
+        counted: bool = True,  # in the approval-waiters gauge
+    ) -> None:
         self._pool = pool
         self._waits: dict[str, set[asyncio.Event]] = defaultdict(set)
         self._closing = asyncio.Event()
-        self._poller = PeriodicTask("approval_wait_poll", self._poll, interval_s=poll_s)
+        self._finished_sql = finished_sql
+        self._counted = counted
+        self._poller = PeriodicTask(name, self._poll, interval_s=poll_s)
 
     def start(self) -> None:
         self._poller.start()
@@ -72,11 +83,13 @@ class ApprovalWaiters:
         if self._closing.is_set():
             event.set()
         self._waits[approval_id].add(event)
-        APPROVAL_WAITERS.inc()
+        if self._counted:
+            APPROVAL_WAITERS.inc()
         try:
             yield event
         finally:
-            APPROVAL_WAITERS.dec()
+            if self._counted:
+                APPROVAL_WAITERS.dec()
             events = self._waits.get(approval_id)
             if events is not None:
                 events.discard(event)
@@ -97,8 +110,6 @@ class ApprovalWaiters:
         if not ids:
             return
         async with self._pool.connection(timeout=5) as conn:
-            cur = await conn.execute(
-                f"SELECT id FROM approvals WHERE id = ANY(%s) AND status IN {FINISHED}", (ids,)
-            )
+            cur = await conn.execute(self._finished_sql, (ids,))
             for row in await cur.fetchall():
                 self.finished(str(row["id"]))

@@ -7,7 +7,9 @@ shared.engine.errors (docs/architecture.md, "Error codes").
 Gates run in this order (docs/architecture.md, "Gate order"): validate →
 confirmation (DELETE, or ``safety.confirmation: true``; a ``ct_`` token,
 mcp_gateway.pipeline.confirmation, or for a 2026-07-28 client that declares
-elicitation the human's answer to a form, mcp_gateway.pipeline.elicitation) →
+elicitation the human's answer to a form, mcp_gateway.pipeline.elicitation, or
+for a 2025 one an elicitation/create on the call's stream,
+mcp_gateway.pipeline.elicitation_stream) →
 approval (the call becomes a pending approval row and answers
 ``approval_required``, or a repeat gets a finished approval's outcome once;
 mcp_gateway.approvals.requests; a client that sent a progress token over SSE may
@@ -37,7 +39,7 @@ from mcp_gateway.approvals.requests import request_approval
 from mcp_gateway.approvals.tasks import created as approval_task
 from mcp_gateway.approvals.tasks import declares_tasks
 from mcp_gateway.catalog.snapshot import Tool
-from mcp_gateway.pipeline import confirmation, elicitation
+from mcp_gateway.pipeline import confirmation, elicitation, elicitation_stream
 from mcp_gateway.pipeline import idempotency as idempotency_memory
 from mcp_gateway.pipeline.accounting import account_call
 from mcp_gateway.pipeline.approval_wait import ApprovalWait
@@ -67,6 +69,8 @@ async def _execute(
     if tool.spec.confirmation_required():
         if human is None:
             await confirmation.check(ctx, tool, cleaned, confirmation_token(arguments))
+        elif isinstance(human, _AsksOnStream):  # a 2025 client: on this call's SSE stream
+            await elicitation_stream.ask(ctx, tool, cleaned, human.exchange, human.session)
         else:  # asked of the human through the client; no ct_ token (docs/architecture.md, "DELETE confirmation")
             asking = await elicitation.confirm(ctx, tool, cleaned, human.answer)
             if asking is not None:
@@ -118,14 +122,24 @@ class _AsksHuman(msgspec.Struct, frozen=True):
     answer: elicitation.Answer | None  # None: the first call, or a retry without a state
 
 
-Human = _AsksHuman | None  # None: the ct_ token flow
+class _AsksOnStream(msgspec.Struct, frozen=True):
+    exchange: Exchange  # the open tools/call, whose SSE answer carries elicitation/create
+    session: bytes  # the session's hash: the answer must come from it
+
+
+Human = _AsksHuman | _AsksOnStream | None  # None: the ct_ token flow
 
 
 def _human(call: Exchange, message: Message, tool: Tool, *, modern: bool) -> Human:
     """The elicitation channel when this call's confirmation goes to the human;
     raises MalformedAnswer for a retry whose inputResponses is not of the spec's shape."""
-    if not (modern and tool.spec.confirmation_required()):
+    if not tool.spec.confirmation_required():
         return None
+    if not modern:  # (docs/architecture.md, "Asking the human in the 2025 era")
+        session = call.elicitation_session
+        if session is None or not call.sse_ok or call.agent.confirmation_mode != "auto":
+            return None
+        return _AsksOnStream(call, session)
     if not elicitation.asks_human(message.params.get("_meta"), call.agent.confirmation_mode):
         return None
     return _AsksHuman(elicitation.read_answer(message.params))

@@ -62,6 +62,8 @@ class Exchange:
     )
     sse_ok: bool = False  # the client takes an SSE answer (a tools/call may then wait)
     streaming: bool = False  # an SSE answer is open: notifications went out before the reply
+    # A 2025 session that declared form elicitation: its hash (the form's answer is bound to it).
+    elicitation_session: bytes | None = None
 
     @property
     def label(self) -> str:

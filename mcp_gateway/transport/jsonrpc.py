@@ -82,7 +82,9 @@ def parse_message(value: Any) -> Message:
     method = value.get("method")
     if method is None:
         if "result" in value or "error" in value:
-            return Message(method=None, id=request_id, params={}, is_request=False)
+            # A response keeps its result or error in params (an elicitation answer).
+            answer = {k: value[k] for k in ("result", "error") if k in value}
+            return Message(method=None, id=request_id, params=answer, is_request=False)
         raise InvalidMessage("a message needs a method, a result or an error", request_id)
     if not isinstance(method, str) or not method:
         raise InvalidMessage("method must be a non-empty string", request_id)

@@ -15,6 +15,7 @@ import psycopg
 import structlog
 
 from mcp_gateway.catalog.listing import BadCursor, server_info, tools_list_response
+from mcp_gateway.pipeline import elicitation_stream
 from mcp_gateway.pipeline.tool_call import tools_call
 from mcp_gateway.transport.checks import BATCHES_REFUSED, read_request, require_event_stream
 from mcp_gateway.transport.errors import ProtocolError
@@ -40,6 +41,8 @@ from mcp_gateway.upkeep.metrics import REQUESTS
 from shared.db import within
 
 log = structlog.get_logger(__name__)
+
+ELICITATION_VERSIONS = ("2025-06-18", "2025-11-25")  # elicitation/create exists from 2025-06-18
 
 _LIST_CHANGED = encode({"jsonrpc": "2.0", "method": LIST_CHANGED})
 
@@ -97,12 +100,16 @@ async def _post(exchange: Exchange, version_header: str | None) -> None:
         exchange.admit("other", message.id)
         await _initialize(exchange, message)
         return
-    _session(exchange, version_header)
+    claims = _session(exchange, version_header)
     kind: MethodClass = "tools_call" if message.method == "tools/call" else "other"
     exchange.admit(kind, message.id)
+    if message.method is None:  # a response: perhaps the human's answer to a form
+        await elicitation_stream.record(exchange, message, _digest(exchange))
     if not message.is_request:
         await exchange.answer(202)
         return
+    if claims.elicitation:
+        exchange.elicitation_session = _digest(exchange)
     await exchange.reply(await _dispatch(exchange, message))
 
 
@@ -178,9 +185,25 @@ async def _initialize(exchange: Exchange, message: Message) -> None:
     }
     if exchange.agent.description:
         answer["instructions"] = exchange.agent.description
-    session_id = exchange.state.sessions.issue(exchange.key.id, exchange.agent.id, negotiated)
+    session_id = exchange.state.sessions.issue(
+        exchange.key.id,
+        exchange.agent.id,
+        negotiated,
+        elicitation=negotiated in ELICITATION_VERSIONS and _declares_form(message.params),
+    )
     log.info("session_opened", protocol_version=negotiated)
     await exchange.reply(encode(result(message.id, answer)), {"MCP-Session-Id": session_id})
+
+
+def _declares_form(params: dict[str, Any]) -> bool:
+    """The initialize's client capabilities declare form elicitation (``{}`` is form)."""
+    capabilities = params.get("capabilities")
+    elicitation = capabilities.get("elicitation") if isinstance(capabilities, dict) else None
+    return isinstance(elicitation, dict) and (not elicitation or "form" in elicitation)
+
+
+def _digest(exchange: Exchange) -> bytes:
+    return session_hash((exchange.headers.get("mcp-session-id") or "").strip())
 
 
 async def _dispatch(exchange: Exchange, message: Message) -> bytes:

@@ -1,7 +1,8 @@
 """Signed MCP session ids that every replica can check without a database.
 
 An id is ``crs1.<claims>.<signature>``: the claims (key, agent, negotiated
-protocol version, issue time, a random nonce) are msgpack in base64url, the
+protocol version, issue time, a random nonce, whether the client declared form
+elicitation) are msgpack in base64url, the
 signature an HMAC-SHA-256 (truncated to 128 bits) with a key derived from
 ``CRANK_SECRET_KEY``. A session ends when it expires
 (``CRANK_MCP_SESSION_TTL_S``) or when a DELETE on any replica puts its hash on
@@ -45,6 +46,9 @@ class SessionClaims(msgspec.Struct, array_like=True, frozen=True):
     protocol_version: str
     issued_at: int
     nonce: bytes
+    # The initialize declared form elicitation (2025-06-18 on): a DELETE confirmation
+    # may then ask the human on the call's SSE stream. Absent in older ids: False.
+    elicitation: bool = False
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -69,8 +73,12 @@ class SessionSigner:
     def _sign(self, payload: str) -> str:
         return b64url_encode(hmac.new(self._key, payload.encode(), hashlib.sha256).digest()[:16])
 
-    def issue(self, key_id: int, agent_id: int, protocol_version: str) -> str:
-        claims = SessionClaims(key_id, agent_id, protocol_version, int(time.time()), os.urandom(12))
+    def issue(
+        self, key_id: int, agent_id: int, protocol_version: str, *, elicitation: bool = False
+    ) -> str:
+        claims = SessionClaims(
+            key_id, agent_id, protocol_version, int(time.time()), os.urandom(12), elicitation
+        )
         payload = b64url_encode(_encoder.encode(claims))
         return f"{PREFIX}.{payload}.{self._sign(payload)}"
 

@@ -72,6 +72,8 @@ def rules(settings: Settings) -> list[Rule]:
             settings.webhook_retention_days,
         ),
         Rule("mcp_session_terminations", "expires_at < now()", None),
+        # A waiter deletes its row; only a crashed replica's row is left here.
+        Rule("elicitation_answers", "created_at < now() - interval '1 day'", None),
         # A used token past its expiry is refused for being expired anyway.
         Rule("confirmation_uses", "expires_at < now()", None, key="token_hash"),
         # CRANK_IDEMPOTENCY_RETENTION_S is in each row's expires_at; an expired

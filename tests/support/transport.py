@@ -84,6 +84,7 @@ def build_transport(
         request_states=unused,
         streams=unused,
         waiters=unused,
+        elicitation_waiters=unused,
         key_use=LastUseRecorder("api_keys"),
         executor=unused,
         call_log=unused,

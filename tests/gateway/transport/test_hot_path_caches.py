@@ -6,13 +6,14 @@ import re
 import time
 from typing import Any, cast
 
+import msgspec
 import pytest
 
 from mcp_gateway.catalog.keys import KeyLookupUnavailable, KeyResolver
 from mcp_gateway.catalog.snapshot import Key, Snapshot
 from mcp_gateway.request_ids import RequestIds
 from mcp_gateway.transport.sessions import MalformedSessionId, SessionSigner
-from shared.crypto import KeyHasher
+from shared.crypto import KeyHasher, b64url_encode
 from shared.keys import KeyKind, generate_key
 
 SECRET = "a-secret-key-for-the-hot-path-cache-tests-0123456789"
@@ -129,3 +130,16 @@ async def test_the_resolver_keeps_no_raw_token_in_memory() -> None:
     assert await resolver.resolve(token, snapshot) is not None
     held = [value for value in vars(resolver).values() if isinstance(value, dict)]
     assert all(token not in memory and token.encode() not in memory for memory in held)
+
+
+def test_the_elicitation_flag_is_signed_and_an_old_id_without_it_means_none() -> None:
+    signer = SessionSigner(SECRET, ttl_s=60)
+    flagged = signer.verify(signer.issue(1, 2, "2025-11-25", elicitation=True))
+    assert flagged is not None
+    assert flagged.elicitation is True
+    # An id issued before the flag existed: five claims, the same signature scheme.
+    old = msgspec.msgpack.encode([1, 2, "2025-06-18", int(time.time()), b"\0" * 12])
+    payload = b64url_encode(old)
+    claims = signer.verify(f"crs1.{payload}.{signer._sign(payload)}")
+    assert claims is not None
+    assert claims.elicitation is False
