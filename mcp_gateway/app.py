@@ -177,7 +177,7 @@ class GatewayApp:
         streams = StreamHub()
         waiters = ApprovalWaiters(pool)
         elicitation_waiters = elicitation_stream.answer_waiters(pool)
-        self._end_streams_on_signal(streams, waiters)
+        self._end_streams_on_signal(streams, waiters, elicitation_waiters)
         hasher = KeyHasher(self.secret_key, settings.secret_key_previous)
 
         def swapped(old: Snapshot, new: Snapshot) -> None:
@@ -287,7 +287,7 @@ class GatewayApp:
             log.warning("metrics_port_unavailable", port=settings.metrics_port, error=str(exc))
         log.info("gateway_started", snapshot_version=refresher.snapshot.version)
 
-    def _end_streams_on_signal(self, streams: StreamHub, waiters: ApprovalWaiters) -> None:
+    def _end_streams_on_signal(self, streams: StreamHub, *waiters: ApprovalWaiters) -> None:
         """Chain a handler for SIGTERM and SIGINT in front of the server's own.
 
         asyncio dispatches its signal handlers through the wake-up fd, not the
@@ -306,7 +306,8 @@ class GatewayApp:
             def handler(number: int, frame: FrameType | None, previous: Any = previous) -> None:
                 if not loop.is_closed():
                     loop.call_soon_threadsafe(streams.shut_down)
-                    loop.call_soon_threadsafe(waiters.shut_down)
+                    for registry in waiters:
+                        loop.call_soon_threadsafe(registry.shut_down)
                     loop.call_soon_threadsafe(self._stop_claiming)
                 previous(number, frame)
 

@@ -458,12 +458,13 @@ async def test_an_empty_elicitation_capability_means_form(world: World) -> None:
     assert result["resultType"] == "input_required"
 
 
-async def test_a_legacy_session_declaring_elicitation_keeps_the_token_flow(world: World) -> None:
-    """2025 clients keep the ct_ flow: no elicitation/create on their SSE stream yet."""
+async def test_a_legacy_call_without_sse_keeps_the_token_flow(world: World) -> None:
+    """A 2025 call that takes no SSE answer keeps the ct_ flow: there is no stream to ask on
+    (the SSE case: test_elicitation_legacy.py)."""
     headers = {
         "Authorization": f"Bearer {world.key}",
         "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
+        "Accept": "application/json",
     }
     init = rpc(
         "initialize",

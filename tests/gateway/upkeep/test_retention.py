@@ -51,6 +51,12 @@ async def seed(pool: AsyncConnectionPool[Connection]) -> None:
                    VALUES (%s, now() + make_interval(hours => %s))""",
                 (str(hours).encode(), hours),
             )
+        for hours in (48, 1):  # a crashed replica's row, and one a call still waits on
+            await conn.execute(
+                """INSERT INTO elicitation_answers (id, session_hash, created_at)
+                   VALUES (%s, '\\x00', now() - make_interval(hours => %s))""",
+                (f"el_{hours}", hours),
+            )
 
 
 async def counts(pool: AsyncConnectionPool[Connection]) -> dict[str, int]:
@@ -76,6 +82,7 @@ async def test_rows_past_their_retention_are_deleted_and_the_rest_kept(
         "approvals": 0,  # gateway/approvals/test_sql.py: finished approvals by when they finished
         "webhook_deliveries": 0,
         "mcp_session_terminations": 1,
+        "elicitation_answers": 1,
         "confirmation_uses": 0,
         "idempotency_records": 0,
     }
@@ -86,6 +93,7 @@ async def test_rows_past_their_retention_are_deleted_and_the_rest_kept(
         "approvals": 0,
         "webhook_deliveries": 0,
         "mcp_session_terminations": 0,
+        "elicitation_answers": 0,
         "confirmation_uses": 0,
         "idempotency_records": 0,
     }
@@ -104,6 +112,7 @@ async def test_zero_days_keeps_rows_forever(pool: AsyncConnectionPool[Connection
     )
     assert pruned == {
         "mcp_session_terminations": 1,
+        "elicitation_answers": 1,
         "confirmation_uses": 0,
         "idempotency_records": 0,
     }
