@@ -5,12 +5,19 @@ operations that change one order: what the DELETE confirmation tests
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
 from aiohttp import web
 
+from tests.support.api import auth, grant_egress
+from tests.support.db import database_url_for, reset_database
+from tests.support.gateway import serve_upstream
 from tests.support.processes import free_port
+from tests.support.tool_calls import ok, publish_operation
 
 ORDER_ID = {"type": "string", "pattern": "^[a-z0-9-]{1,80}$", "description": "Order id"}
 
@@ -72,3 +79,26 @@ def order_operations(port: int) -> list[dict[str, Any]]:
             safety={"approval": True, "confirmation": "auto"},
         ),
     ]
+
+
+async def publish_orders(client: Any, admin: str, specs: list[dict[str, Any]], port: int) -> None:
+    """Workspace ``default``, egress to the upstream on ``port`` and every spec published."""
+    h = auth(admin)
+    await ok(await client.post("/api/v1/workspaces", json={"slug": "default"}, headers=h))
+    await grant_egress(client, admin, "default", f"127.0.0.1:{port}")
+    for spec in specs:
+        await publish_operation(client, admin, spec)
+
+
+@asynccontextmanager
+async def fresh_orders(
+    pg_server_url: str, run_database: str
+) -> AsyncIterator[tuple[str, OrdersUpstream, int]]:
+    """The run's database emptied, and the orders upstream served on loopback for the
+    block: (database url, upstream, its port)."""
+    url = database_url_for(pg_server_url, run_database)
+    with psycopg.connect(url, autocommit=True) as conn:
+        reset_database(conn, run_database)
+    upstream = OrdersUpstream()
+    async with serve_upstream(upstream.app(), upstream.port) as port:
+        yield url, upstream, port

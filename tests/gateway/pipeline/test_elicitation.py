@@ -29,7 +29,6 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from mcp import Client as McpClient
-from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_gateway.pipeline.elicitation import REQUEST_KEY
@@ -38,6 +37,7 @@ from shared.engine.errors import suggested_action
 from tests.support.api import auth, grant_egress, make_token
 from tests.support.db import database_url_for, reset_database
 from tests.support.gateway import Gateway, run_gateway, serve_upstream, wait_until
+from tests.support.humans import Human
 from tests.support.mcp import META, VERSION, modern
 from tests.support.orders import OrdersUpstream, order_operations
 from tests.support.tool_calls import (
@@ -179,20 +179,6 @@ async def _publish_token_agent(client: Any, admin: str) -> str:
 
 
 # -- the official SDK as the client ------------------------------------------------------
-
-
-class Human:
-    """The SDK's elicitation callback: answers every form with ``action``, keeps what it saw."""
-
-    def __init__(self, action: str) -> None:
-        self.action = action
-        self.forms: list[mcp_types.ElicitRequestParams] = []
-
-    async def __call__(
-        self, context: ClientRequestContext, params: mcp_types.ElicitRequestParams
-    ) -> mcp_types.ElicitResult:
-        self.forms.append(params)
-        return mcp_types.ElicitResult(action=self.action)  # type: ignore[arg-type]
 
 
 async def _sdk_call(

@@ -18,19 +18,17 @@ from typing import Any
 import httpx
 import httpx2
 import mcp_types
-import psycopg
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from mcp import Client as McpClient
-from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.support.api import auth, grant_egress, make_token
-from tests.support.db import database_url_for, reset_database
-from tests.support.gateway import Gateway, run_gateway, serve_upstream
-from tests.support.orders import OrdersUpstream, order_operations
-from tests.support.tool_calls import ok, publish_agent, publish_operation, rpc, token_of
+from tests.support.api import make_token
+from tests.support.gateway import Gateway, run_gateway
+from tests.support.humans import Human
+from tests.support.orders import OrdersUpstream, fresh_orders, order_operations, publish_orders
+from tests.support.tool_calls import publish_agent, rpc, token_of
 
 PATH = "/mcp/v1/default/ops"
 
@@ -51,19 +49,11 @@ class World:
 async def world(
     pg_server_url: str, run_database: str, app: Litestar, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[World]:
-    url = database_url_for(pg_server_url, run_database)
-    with psycopg.connect(url, autocommit=True) as conn:
-        reset_database(conn, run_database)
-    upstream = OrdersUpstream()
-    async with serve_upstream(upstream.app(), upstream.port) as port:
+    async with fresh_orders(pg_server_url, run_database) as (url, upstream, port):
         specs = order_operations(port)
         admin = await make_token(url, "admin")
         async with AsyncTestClient(app=app) as client:
-            h = auth(admin)
-            await ok(await client.post("/api/v1/workspaces", json={"slug": "default"}, headers=h))
-            await grant_egress(client, admin, "default", f"127.0.0.1:{port}")
-            for spec in specs:
-                await publish_operation(client, admin, spec)
+            await publish_orders(client, admin, specs, port)
             key = await publish_agent(client, admin, "ops", [s["name"] for s in specs])
         env = {"CRANK_UPSTREAM_ALLOWLIST": f"127.0.0.1:{port}", "CRANK_RATE_LIMIT": "off"}
         tmp = tmp_path_factory.mktemp("elicitation_legacy")
@@ -73,20 +63,6 @@ async def world(
             httpx.AsyncClient(timeout=30) as http,
         ):
             yield World(a, b, upstream, key, http)
-
-
-class Human:
-    """The SDK's elicitation callback: answers every form with ``action``."""
-
-    def __init__(self, action: str) -> None:
-        self.action = action
-        self.forms: list[mcp_types.ElicitRequestParams] = []
-
-    async def __call__(
-        self, context: ClientRequestContext, params: mcp_types.ElicitRequestParams
-    ) -> mcp_types.ElicitResult:
-        self.forms.append(params)
-        return mcp_types.ElicitResult(action=self.action)  # type: ignore[arg-type]
 
 
 async def _sdk_call(world: World, human: Human | None, order: str) -> mcp_types.CallToolResult:
