@@ -27,8 +27,10 @@ import contextlib
 import secrets
 from typing import Any
 
+import psycopg
 import structlog
 from psycopg.types.json import Jsonb
+from psycopg_pool import PoolTimeout
 
 from mcp_gateway.approvals.waiters import ApprovalWaiters
 from mcp_gateway.catalog.snapshot import Tool
@@ -37,6 +39,7 @@ from mcp_gateway.pipeline.elicitation import form_message
 from mcp_gateway.transport.asgi import wait_disconnect
 from mcp_gateway.transport.exchange import Exchange
 from mcp_gateway.transport.jsonrpc import Message, encode
+from shared.db import within
 from shared.engine.errors import ToolError
 
 log = structlog.get_logger(__name__)
@@ -129,10 +132,19 @@ async def record(exchange: Exchange, message: Message, session_digest: bytes) ->
     if not isinstance(request_id, str) or not request_id.startswith(ID_PREFIX):
         return
     answer = message.params  # the response's result or error
-    async with exchange.state.pool.connection(timeout=5) as conn:
-        await conn.execute(
-            """UPDATE elicitation_answers SET answer = %s
-               WHERE id = %s AND session_hash = %s AND answer IS NULL""",
-            (Jsonb(answer), request_id, session_digest),
-        )
+
+    async def write() -> None:
+        async with exchange.state.pool.connection(timeout=5) as conn:
+            await conn.execute(
+                """UPDATE elicitation_answers SET answer = %s
+                   WHERE id = %s AND session_hash = %s AND answer IS NULL""",
+                (Jsonb(answer), request_id, session_digest),
+            )
+
+    try:
+        await within(5, write())
+    except (psycopg.Error, TimeoutError, PoolTimeout):
+        # Unrecorded, the wait ends declined at its deadline: nothing runs unconfirmed.
+        log.warning("elicitation_answer_lost", exc_info=True)
+        return
     exchange.state.elicitation_waiters.finished(request_id)  # a local waiter: no round trip
