@@ -312,6 +312,14 @@ async def seed(url: str, upstream_port: int) -> str:
 
         await checked("POST", "/api/v1/workspaces", json={"slug": "bench"})
         base = "/api/v1/workspaces/bench"
+        # The upstream is on loopback: the instance admin grants it to the workspace.
+        egress = await checked("GET", f"{base}/egress")
+        await checked(
+            "PUT",
+            f"{base}/egress/grants",
+            json={"grants": [f"127.0.0.1:{upstream_port}"]},
+            h={"If-Match": egress.headers["etag"]},
+        )
         op = await checked("POST", f"{base}/operations", json=spec)
         await checked(
             "POST", f"{base}/operations/{TOOL}/publish", h={"If-Match": op.headers["etag"]}
