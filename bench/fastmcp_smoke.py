@@ -38,6 +38,7 @@ from bench.gateway_tools_call import (  # noqa: E402
     LEGACY_VERSION,
     MODERN_VERSION,
     free_port,
+    initialize_message,
     serve,
     stop,
     tail,
@@ -138,17 +139,7 @@ async def check_call(http: aiohttp.ClientSession, url: str, era: str, upstream_p
 
 async def check_initialize(http: aiohttp.ClientSession, url: str) -> None:
     headers, _ = tools_call_request("legacy")
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": LEGACY_VERSION,
-            "capabilities": {},
-            "clientInfo": {"name": "bench", "version": "1"},
-        },
-    }
-    async with http.post(url, data=msgspec.json.encode(init), headers=headers) as response:
+    async with http.post(url, data=initialize_message(), headers=headers) as response:
         answer = msgspec.json.decode(await response.read())
         session = response.headers.get("mcp-session-id")
     if response.status != 200 or session is not None:

@@ -1,33 +1,43 @@
-"""tools/call through one pinned gateway worker against a direct call to the same upstream.
+"""tools/call side by side: direct, a bare proxy, FastMCP and Crank's gateway, in one run.
 
-    .venv/bin/python bench/gateway_tools_call.py [--seconds 10] [--connections 16,64]
-        [--rounds 1] [--eras legacy,modern] [--log-level warning] [--keep]
+    .venv/bin/python bench/gateway_tools_call.py [--seconds 10] [--connections 1,16,64]
+        [--rounds 1] [--eras legacy,modern] [--no-fastmcp] [--log-level warning] [--keep]
 
-Issue 4. Needs wrk (``apt install wrk``), taskset, two CPUs and a PostgreSQL
+Needs wrk (``apt install wrk``), taskset, two CPUs and a PostgreSQL
 (``CRANK_BENCH_DATABASE_URL``, default the local server); it creates and drops
 its own database and seeds it in process through the control-plane app.
+FastMCP runs from its own venv (bench/fastmcp_venv.py; made on first use).
+Every ratio it prints is against figures of the same run (the performance
+targets are judged on nothing else; docs/performance.md).
 
 Set-up. The upstream is bench/rates_upstream.py, a bare ASGI app under granian
 (one worker) answering ``GET /v1/latest?base=..&symbols=..`` with
 frankfurter-like JSON. Two copies run: one is the *direct* target, one is the
-gateway's upstream (both ``--loop asyncio``, as in issue 4). The gateway is
-``mcp_gateway.app:create_app`` under granian with one worker, ``--loop`` from
-``--gateway-loop`` (default auto: uvloop when installed),
-``CRANK_UPSTREAM_ALLOWLIST=127.0.0.1:<port>``, ``CRANK_RATE_LIMIT=off`` and
-``CRANK_LOG_LEVEL`` from ``--log-level``.
+upstream of everything else (both ``--loop asyncio``). The rows:
 
-Pinning (``taskset``). The server under test owns the first CPU: the gateway
-worker in the gateway runs, the direct upstream in the direct runs (the other
-one idles). wrk (one thread) and the gateway's upstream share the second CPU.
-Load comes from wrk with a Lua script (POST, the JSON-RPC body, the headers);
+- *direct*: wrk GETs the upstream itself, the ceiling;
+- *floor*: bench/floor_app.py, a bare ASGI app under granian that fetches the
+  upstream through Crank's ``UpstreamExecutor`` and returns its body: the
+  server and the HTTP client alone, what no gateway in Python can beat here;
+- *FastMCP*: FastMCP 4.2.3's ``from_openapi`` proxy, stateless, JSON answers,
+  under uvicorn (bench/fastmcp_server.py), one row per era;
+- *Crank*: ``mcp_gateway.app:create_app`` under granian with one worker,
+  ``--loop`` from ``--gateway-loop``, ``CRANK_UPSTREAM_ALLOWLIST=127.0.0.1:<port>``,
+  ``CRANK_RATE_LIMIT=off`` and ``CRANK_LOG_LEVEL`` from ``--log-level``.
+
+Pinning (``taskset``). Every server under test is on the first CPU (only the one
+under load is busy); wrk (one thread) and the shared upstream are on the second.
+Load comes from wrk with a Lua script (the method, body and headers);
 its ``done`` hook prints requests, errors and the latency percentiles.
+One connection (``-c1``) gives the unloaded latency: Crank's overhead over a
+direct call is its p50 and p99 minus direct's.
 
 Protocol eras. *legacy*: ``2025-06-18`` with a session opened by initialize
 before wrk starts, ``Accept: application/json`` (the seed's curl lines).
 *modern*: ``2026-07-28``, stateless, ``Mcp-Method``/``Mcp-Name`` headers and
 the ``params._meta`` envelope.
 
-Correctness. Before measuring, one tools/call per era must return
+Correctness. Before measuring, one tools/call per server and era must return
 ``isError: false`` with the expected ``structuredContent``. During each run
 the upstream's request counter is read before and after: ``up/call`` is
 upstream requests per completed tools/call (1.00 means every call went
@@ -108,14 +118,16 @@ PATH = "/mcp/v1/bench/rates"
 TOOL = "latest_rate"
 ARGUMENTS = {"base": "USD", "quote": "EUR"}
 EXPECTED = {"base": "USD", "date": DATE, "rates": {"EUR": RATE}}
-FASTMCP_RPS = 190.0  # FastMCP's OpenAPI proxy, measured on this machine before Crank (issue 4)
-ISSUE_DIRECT_RPS = 7700.0  # direct call measured in issue 4 with the same pinning
-TARGET_DIRECT_SHARE = 0.5  # the issue's goal: half of direct
-TARGET_FASTMCP_X = 10.0  # ... and at least 10x FastMCP
+# The performance issue's targets, judged on figures of this run only.
+TARGET_DIRECT_SHARE = 0.30  # gateway req/s over direct req/s, at 16 and 64 connections
+TARGET_FASTMCP_X = {16: 12.0, 64: 15.0}  # gateway req/s over FastMCP's, same era
+TARGET_TAIL_X = 3.0  # p99 over p50 at 16 connections
+TARGET_OVERHEAD_MS = (0.3, 1.0)  # one connection: p50 and p99 over direct's
 SETTLE_S = 11.0  # > PGSTAT_IDLE_INTERVAL (10 s): every backend has flushed its counters
 WARMUP_S = 2.0
 LEGACY_VERSION = "2025-06-18"
 MODERN_VERSION = "2026-07-28"
+ERA_VERSIONS = {"legacy": LEGACY_VERSION, "modern": MODERN_VERSION}
 
 LUA = """
 wrk.method = "{method}"
@@ -157,8 +169,14 @@ class Row:
     """One line of a table: the best of its rounds, and the sums over all of them."""
 
     label: str
-    gateway: bool
+    kind: str  # "direct", "floor", "fastmcp" or "crank"
+    era: str = ""  # legacy or modern (MCP rows)
     runs: list[Run] = field(default_factory=list)
+
+    @property
+    def counted(self) -> bool:
+        """Crank's rows: upstream requests and database transactions are counted."""
+        return self.kind == "crank"
 
     @property
     def best(self) -> Run:
@@ -416,6 +434,39 @@ def call_body(modern: bool) -> str:
     return msgspec.json.encode(message).decode()
 
 
+def initialize_message(version: str = LEGACY_VERSION) -> bytes:
+    message = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": version,
+            "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "1"},
+        },
+    }
+    return msgspec.json.encode(message)
+
+
+async def verify_fastmcp(url: str, headers: dict[str, str], body: str, era: str) -> None:
+    """One tools/call to FastMCP returns the upstream's rate (its whole body: no selection)."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(url, data=body.encode(), headers=headers) as response,
+    ):
+        raw = await response.read()
+    result = msgspec.json.decode(raw).get("result")
+    content = result.get("structuredContent") if isinstance(result, dict) else None
+    if (
+        response.status != 200
+        or not isinstance(content, dict)
+        or content.get("rates") != {"EUR": RATE}
+    ):
+        raise RuntimeError(
+            f"FastMCP {era} tools/call is wrong: HTTP {response.status} {raw[:600]!r}"
+        )
+
+
 async def era_headers(gateway: str, key: str, era: str) -> dict[str, str]:
     headers = {
         "Authorization": f"Bearer {key}",
@@ -428,19 +479,9 @@ async def era_headers(gateway: str, key: str, era: str) -> dict[str, str]:
             "Mcp-Method": "tools/call",
             "Mcp-Name": TOOL,
         }
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": LEGACY_VERSION,
-            "capabilities": {},
-            "clientInfo": {"name": "bench", "version": "1"},
-        },
-    }
     async with (
         aiohttp.ClientSession() as http,
-        http.post(gateway, data=msgspec.json.encode(init), headers=headers) as response,
+        http.post(gateway, data=initialize_message(), headers=headers) as response,
     ):
         session = response.headers["mcp-session-id"]
     return headers | {"MCP-Session-Id": session, "MCP-Protocol-Version": LEGACY_VERSION}
@@ -469,44 +510,72 @@ def ms(value: float) -> str:
 
 def print_table(connections: int, seconds: float, rows: list[Row], idle: int) -> None:
     direct = rows[0].best.wrk
+    fastmcp = {row.era: row.best.wrk for row in rows if row.kind == "fastmcp"}
     rounds = len(rows[0].runs)
     best = f", best of {rounds} rounds" if rounds > 1 else ""
-    print(f"\n{connections} connections, {seconds:g} s per run{best}")
+    print(
+        f"\n{connections} connection{'s' if connections > 1 else ''}, {seconds:g} s per run{best}"
+    )
     head = (
-        f"{'':26}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'err':>5}{'non2xx':>7}"
-        f"{'/direct':>9}{'p50 x':>7}{'p99 x':>7}{'xFastMCP':>9}{'up/call':>8}{'db/call':>9}"
-        f"{'other%':>8}"
+        f"{'':30}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'p99/p50':>8}{'err':>5}{'non2xx':>7}"
+        f"{'/direct':>9}{'xFastMCP':>9}{'up/call':>8}{'db/call':>9}{'other%':>8}"
     )
     print(head)
     print("-" * len(head))
     for row in rows:
         run = row.best
         w = run.wrk
-        ratios = (
-            f"{w.rps / direct.rps:>9.2f}{w.p50_ms / direct.p50_ms:>7.1f}"
-            f"{w.p99_ms / direct.p99_ms:>7.1f}{w.rps / FASTMCP_RPS:>9.1f}"
-        )
+        peer = fastmcp.get(row.era) if row.kind == "crank" else None
+        versus = f"{w.rps / peer.rps:>9.1f}" if peer else f"{'':>9}"
         extra = (
             f"{row.upstream_per_call():>8.3f}{row.db_per_call(idle):>9.4f}"
-            if row.gateway
+            if row.counted
             else f"{'':>17}"
         )
         errors = sum(r.wrk.socket_errors for r in row.runs)
         non_2xx = sum(r.wrk.non_2xx for r in row.runs)
         print(
-            f"{row.label:26}{w.rps:>8.0f}{ms(w.p50_ms):>8}{ms(w.p99_ms):>8}"
-            f"{errors:>5}{non_2xx:>7}{ratios}{extra}{run.other_cpu:>8.0f}"
+            f"{row.label:30}{w.rps:>8.0f}{ms(w.p50_ms):>8}{ms(w.p99_ms):>8}"
+            f"{w.p99_ms / w.p50_ms:>8.1f}{errors:>5}{non_2xx:>7}{w.rps / direct.rps:>9.2f}"
+            f"{versus}{extra}{run.other_cpu:>8.0f}"
         )
-    for row in rows[1:]:
-        rps = row.best.wrk.rps
-        windows = ", ".join(str(r.db_window) for r in row.runs)
-        print(
-            f"  {row.label}: {rps / FASTMCP_RPS:.1f}x FastMCP's {FASTMCP_RPS:g}/s "
-            f"(target >= {TARGET_FASTMCP_X:g}x); {rps / direct.rps:.2f} of direct measured "
-            f"here, {rps / ISSUE_DIRECT_RPS:.2f} of the issue's {ISSUE_DIRECT_RPS:,.0f}/s "
-            f"(target >= {TARGET_DIRECT_SHARE:.2f}); db transactions per window {windows} "
-            f"(idle {idle}) over {row.calls()} calls"
+    for row in rows:
+        if row.kind == "crank":
+            print("  " + verdict(connections, row, direct, fastmcp.get(row.era), idle))
+
+
+def verdict(
+    connections: int, row: Row, direct: WrkResult, fastmcp: WrkResult | None, idle: int
+) -> str:
+    """The issue's targets for one Crank row, each with the figure it is judged on."""
+    w = row.best.wrk
+    checks: list[str] = []
+
+    def check(name: str, value: float, ok: bool, goal: str) -> None:
+        checks.append(f"{name} {value:.2f} ({'met' if ok else 'MISSED'}: {goal})")
+
+    if connections == 1:
+        p50, p99 = w.p50_ms - direct.p50_ms, w.p99_ms - direct.p99_ms
+        check(
+            "p50 over direct ms", p50, p50 <= TARGET_OVERHEAD_MS[0], f"<= {TARGET_OVERHEAD_MS[0]}"
         )
+        check(
+            "p99 over direct ms", p99, p99 <= TARGET_OVERHEAD_MS[1], f"<= {TARGET_OVERHEAD_MS[1]}"
+        )
+    else:
+        share = w.rps / direct.rps
+        check("x direct", share, share >= TARGET_DIRECT_SHARE, f">= {TARGET_DIRECT_SHARE}")
+        goal = TARGET_FASTMCP_X.get(connections)
+        if fastmcp is not None and goal is not None:
+            times = w.rps / fastmcp.rps
+            check("x FastMCP", times, times >= goal, f">= {goal:g}")
+        if connections == 16:
+            tail = w.p99_ms / w.p50_ms
+            check("p99/p50", tail, tail <= TARGET_TAIL_X, f"<= {TARGET_TAIL_X:g}")
+    errors = sum(r.wrk.socket_errors + r.wrk.non_2xx for r in row.runs)
+    checks.append(f"errors {errors}")
+    checks.append(f"db/call {row.db_per_call(idle):.4f}")
+    return f"{row.label}: " + "; ".join(checks)
 
 
 async def idle_window(server: str, name: str, seconds: float) -> int:
@@ -544,9 +613,17 @@ async def main(args: argparse.Namespace) -> int:
     url = make_conninfo(**params)  # type: ignore[arg-type]
     workdir = Path(tempfile.mkdtemp(prefix="crank-bench-"))
     processes: list[subprocess.Popen[bytes]] = []
+    # FastMCP's helpers import this module's; imported here, once it is complete.
+    from bench.fastmcp_smoke import PATH as FASTMCP_PATH
+    from bench.fastmcp_smoke import start_fastmcp, wait_fastmcp
+    from bench.fastmcp_smoke import tools_call_request as fastmcp_request
+    from bench.fastmcp_venv import ensure_fastmcp_venv
+
     try:
-        direct_port, upstream_port, gateway_port = free_port(), free_port(), free_port()
+        ports = {n: free_port() for n in ("direct", "upstream", "gateway", "floor", "fastmcp")}
+        upstream_port = ports["upstream"]
         key = await seed(url, upstream_port)
+        fastmcp_python = ensure_fastmcp_venv() if args.fastmcp else None
         env = {k: v for k, v in os.environ.items() if not k.startswith("CRANK_")}
         env |= {"PYTHONPATH": str(ROOT)}
         gateway_env = env | {
@@ -557,50 +634,82 @@ async def main(args: argparse.Namespace) -> int:
             "CRANK_RATE_LIMIT": "off",
             "CRANK_LOG_LEVEL": args.log_level,
         }
+        upstream_url = f"http://127.0.0.1:{upstream_port}"
         upstream_app = "bench.rates_upstream:app"
-        logs = {n: workdir / f"{n}.log" for n in ("direct", "upstream", "gateway")}
+        logs = {n: workdir / f"{n}.log" for n in ports}
+        # The servers under test share the first CPU (only the one under load is busy);
+        # wrk and the upstream of the gateway, the floor and FastMCP share the second.
         direct = serve(
-            server_cpu, upstream_app, direct_port, env, factory=False, log=logs["direct"]
+            server_cpu, upstream_app, ports["direct"], env, factory=False, log=logs["direct"]
         )
-        processes.append(direct)
         upstream = serve(
             client_cpu, upstream_app, upstream_port, env, factory=False, log=logs["upstream"]
         )
-        processes.append(upstream)
+        floor = serve(
+            server_cpu,
+            "bench.floor_app:app",
+            ports["floor"],
+            env | {"CRANK_FLOOR_UPSTREAM": f"{upstream_url}/v1/latest?base=USD&symbols=EUR"},
+            factory=False,
+            log=logs["floor"],
+            loop=args.gateway_loop,
+        )
         gateway_process = serve(
             server_cpu,
             "mcp_gateway.app:create_app",
-            gateway_port,
+            ports["gateway"],
             gateway_env,
             factory=True,
             log=logs["gateway"],
             loop=args.gateway_loop,
         )
-        processes.append(gateway_process)
-        await wait_up(f"http://127.0.0.1:{direct_port}/_count", direct, logs["direct"])
-        await wait_up(f"http://127.0.0.1:{upstream_port}/_count", upstream, logs["upstream"])
-        await wait_up(f"http://127.0.0.1:{gateway_port}/readyz", gateway_process, logs["gateway"])
+        processes += [direct, upstream, floor, gateway_process]
+        fastmcp_url = f"http://127.0.0.1:{ports['fastmcp']}{FASTMCP_PATH}"
+        if fastmcp_python is not None:
+            fastmcp = start_fastmcp(
+                fastmcp_python, ports["fastmcp"], upstream_url, logs["fastmcp"], cpu=server_cpu
+            )
+            processes.append(fastmcp)
+            await wait_fastmcp(fastmcp_url, fastmcp, logs["fastmcp"])
+        await wait_up(f"http://127.0.0.1:{ports['direct']}/_count", direct, logs["direct"])
+        await wait_up(f"{upstream_url}/_count", upstream, logs["upstream"])
+        await wait_up(f"http://127.0.0.1:{ports['floor']}/", floor, logs["floor"])
+        await wait_up(
+            f"http://127.0.0.1:{ports['gateway']}/readyz", gateway_process, logs["gateway"]
+        )
         print(
-            f"gateway: pid {gateway_process.pid} (granian, 1 worker, CPU {server_cpu}, "
-            f"--loop {args.gateway_loop}), "
-            f"CRANK_LOG_LEVEL={args.log_level}, CRANK_RATE_LIMIT=off; direct upstream on CPU "
-            f"{server_cpu}; wrk -t1 and the gateway's upstream on CPU {client_cpu}",
+            f"servers on CPU {server_cpu} (one granian worker each, gateway and floor "
+            f"--loop {args.gateway_loop}; FastMCP under uvicorn), wrk -t1 and the shared "
+            f"upstream on CPU {client_cpu}; CRANK_LOG_LEVEL={args.log_level}, "
+            "CRANK_RATE_LIMIT=off",
             flush=True,
         )
 
-        gateway = f"http://127.0.0.1:{gateway_port}{PATH}"
-        direct_url = f"http://127.0.0.1:{direct_port}/v1/latest?base=USD&symbols=EUR"
-        scripts = {"direct": write_lua(workdir, "direct", "GET", "", {})}
+        gateway = f"http://127.0.0.1:{ports['gateway']}{PATH}"
+        direct_url = f"http://127.0.0.1:{ports['direct']}/v1/latest?base=USD&symbols=EUR"
+        floor_url = f"http://127.0.0.1:{ports['floor']}/"
+        rows = [Row("direct GET upstream", "direct"), Row("floor: granian + client", "floor")]
+        targets = {0: (direct_url, write_lua(workdir, "direct", "GET", "", {}))}
+        targets[1] = (floor_url, write_lua(workdir, "floor", "GET", "", {}))
+        for era in eras:
+            if fastmcp_python is not None:
+                headers, body = fastmcp_request(era)
+                await verify_fastmcp(fastmcp_url, headers, body, era)
+                targets[len(rows)] = (
+                    fastmcp_url,
+                    write_lua(workdir, f"fastmcp-{era}", "POST", body, headers),
+                )
+                rows.append(Row(f"FastMCP {ERA_VERSIONS[era]}", "fastmcp", era))
         for era in eras:
             headers = await era_headers(gateway, key, era)
             body = call_body(era == "modern")
             await verify(gateway, headers, body, era)
-            scripts[era] = write_lua(workdir, era, "POST", body, headers)
-        print("verified: one tools/call per era returns isError false and the expected result")
+            targets[len(rows)] = (gateway, write_lua(workdir, era, "POST", body, headers))
+            rows.append(Row(f"Crank {ERA_VERSIONS[era]}", "crank", era))
+        print("verified: one tools/call per server and era returns the expected result")
 
-        for era in eras:  # warm the gateway's connection pool to the upstream
-            run_wrk(client_cpu, gateway, scripts[era], max(connection_counts), WARMUP_S)
-        run_wrk(client_cpu, direct_url, scripts["direct"], max(connection_counts), WARMUP_S)
+        for target_url, script in targets.values():  # warm pools and caches
+            run_wrk(client_cpu, target_url, script, max(connection_counts), WARMUP_S)
         await asyncio.sleep(SETTLE_S)
 
         meter = CpuMeter([p.pid for p in processes])
@@ -608,42 +717,33 @@ async def main(args: argparse.Namespace) -> int:
         idle_before = await idle_window(server, name, window)
         print(f"idle database window ({window:g} s): {idle_before} transactions", flush=True)
 
-        labels = {
-            "legacy": f"gateway legacy {LEGACY_VERSION}",
-            "modern": f"gateway modern {MODERN_VERSION}",
-        }
-        tables = {
-            c: [Row("direct GET upstream", gateway=False)]
-            + [Row(labels[era], gateway=True) for era in eras]
-            for c in connection_counts
-        }
+        tables = {c: [Row(r.label, r.kind, r.era) for r in rows] for c in connection_counts}
         for round_ in range(1, args.rounds + 1):
-            for connections, rows in tables.items():
-                started = meter.start()
-                result = run_wrk(
-                    client_cpu, direct_url, scripts["direct"], connections, args.seconds
-                )
-                rows[0].runs.append(Run(result, meter.other_percent(started)))
-                progress = f"round {round_} c{connections:<3} {result.rps:6.0f} direct"
-                for era, row in zip(eras, rows[1:], strict=True):
-                    db_before = db_transactions(server, name)
-                    up_before = await upstream_count(upstream_port)
+            for connections, table in tables.items():
+                progress = f"round {round_} c{connections:<3}"
+                for index, row in enumerate(table):
+                    target_url, script = targets[index]
+                    db_before = db_transactions(server, name) if row.counted else 0
+                    up_before = await upstream_count(upstream_port) if row.counted else 0
                     started = meter.start()
-                    result = run_wrk(client_cpu, gateway, scripts[era], connections, args.seconds)
+                    result = run_wrk(client_cpu, target_url, script, connections, args.seconds)
                     other = meter.other_percent(started)
-                    up_after = await upstream_count(upstream_port)
-                    await asyncio.sleep(SETTLE_S)
-                    db_window = db_transactions(server, name) - db_before
-                    row.runs.append(Run(result, other, up_after - up_before, db_window))
-                    progress += f" {result.rps:6.0f} {era}"
+                    if row.counted:
+                        up_after = await upstream_count(upstream_port)
+                        await asyncio.sleep(SETTLE_S)
+                        db_window = db_transactions(server, name) - db_before
+                        row.runs.append(Run(result, other, up_after - up_before, db_window))
+                    else:
+                        row.runs.append(Run(result, other))
+                    progress += f" {result.rps:6.0f} {row.kind}"
                 print(progress + " req/s", flush=True)
         idle_after = await idle_window(server, name, window)
         # One-off background work (e.g. the first retention pass) can land in either idle
         # window; the quieter one is the steady background.
         idle = min(idle_before, idle_after)
         print(f"idle database window again: {idle_after} transactions; using {idle}")
-        for connections, rows in tables.items():
-            print_table(connections, args.seconds, rows, idle)
+        for connections, table in tables.items():
+            print_table(connections, args.seconds, table, idle)
         if args.keep:
             print(
                 f"--keep: servers stay up until Enter (gateway {gateway}, wrk scripts in "
@@ -666,7 +766,15 @@ async def main(args: argparse.Namespace) -> int:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--seconds", type=float, default=10.0, help="per wrk run (default 10)")
-    parser.add_argument("--connections", default="16,64", help='wrk -c values (default "16,64")')
+    parser.add_argument(
+        "--connections", default="1,16,64", help='wrk -c values (default "1,16,64")'
+    )
+    parser.add_argument(
+        "--no-fastmcp",
+        dest="fastmcp",
+        action="store_false",
+        help="skip FastMCP (its venv is made on first use: about two minutes)",
+    )
     parser.add_argument(
         "--rounds", type=int, default=1, help="repeat every run; tables show the best"
     )

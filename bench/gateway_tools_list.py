@@ -1,12 +1,16 @@
-"""Throughput of the gateway's tools/list and ping against a bare ASGI baseline.
+"""tools/list of a 128-tool agent and initialize, against a bare ASGI app, in one run.
 
-    .venv/bin/python bench/gateway_tools_list.py [--seconds 10] [--concurrency 16]
+    .venv/bin/python bench/gateway_tools_list.py [--seconds 10] [--tools 128]
 
-Needs a PostgreSQL (CRANK_BENCH_DATABASE_URL, default the local server); it
-creates and drops its own database. Both servers run under granian with one
-worker; the load comes from this process (aiohttp, keep-alive), so absolute
-numbers are bounded by the client too: read the ratio, measured in the same
-run on the same machine.
+Needs wrk, taskset, two CPUs and a PostgreSQL (``CRANK_BENCH_DATABASE_URL``,
+default the local server); it creates and drops its own database. The agent
+gets ``--tools`` published operations (128 is the linter's limit per agent).
+Both servers run under granian with one worker on the first CPU; wrk runs on
+the second (the harness of bench/gateway_tools_call.py). One connection gives
+the unloaded latency the performance targets name (tools/list and initialize
+p50 ≤ 1 ms); 16 connections give throughput. The baseline is
+bench/echo_app.py, a bare ASGI app answering a fixed JSON-RPC result, measured
+in the same run.
 """
 
 from __future__ import annotations
@@ -14,20 +18,35 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
+import shutil
 import subprocess
 import sys
-import time
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+import msgspec
 import psycopg
 from litestar.testing import AsyncTestClient
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.gateway_tools_call import (  # noqa: E402
+    LEGACY_VERSION,
+    MODERN_VERSION,
+    WrkResult,
+    free_port,
+    initialize_message,
+    run_wrk,
+    serve,
+    stop,
+    wait_up,
+    write_lua,
+)
 from control_plane.app import create_app  # noqa: E402
 from control_plane.services.tokens import create_admin_token  # noqa: E402
 from shared.crypto import KeyHasher  # noqa: E402
@@ -36,16 +55,34 @@ from shared.migrate import migrate  # noqa: E402
 from shared.settings import Settings  # noqa: E402
 
 SECRET = "bench-secret-key-that-is-long-enough-0123456789"  # noqa: S105 - throwaway bench db
-PATH = "/mcp/v1/bench/rates"
+PATH = "/mcp/v1/bench/catalog"
+TARGET_P50_MS = 1.0
+_NOUNS = ("invoice", "order", "customer", "shipment", "refund", "ticket", "product", "coupon")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def operation(index: int) -> dict[str, Any]:
+    noun = _NOUNS[index % len(_NOUNS)]
+    return {
+        "name": f"get_{noun}_{index:03d}",
+        "description": (
+            f"Gets one {noun} of ledger {index} by its id. Use when the user asks about "
+            f"a {noun} of ledger {index}."
+        ),
+        "input": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "pattern": "^[a-z0-9-]{1,40}$", "description": "the id"},
+                "expand": {"type": "boolean", "description": "include line items"},
+            },
+            "required": ["id"],
+            "additionalProperties": False,
+        },
+        "request": {"method": "GET", "url": f"https://api.example.com/{noun}s/{{id}}"},
+        "response": {"select": "{id: id, status: status}", "max_items": 20},
+    }
 
 
-async def seed(url: str) -> str:
+async def seed(url: str, tools: int) -> str:
     await migrate(url)
     async with await connect(url) as conn:
         admin = (
@@ -53,156 +90,179 @@ async def seed(url: str) -> str:
         ).token
         await conn.commit()
     h = {"Authorization": f"Bearer {admin}"}
-    spec = {
-        "name": "latest_rate",
-        "description": "Gets the latest exchange rate. Use when asked for a rate.",
-        "input": {
-            "type": "object",
-            "properties": {"base": {"type": "string", "description": "from"}},
-            "required": ["base"],
-        },
-        "request": {"method": "GET", "url": "https://api.example.com/latest"},
-    }
     app = create_app(Settings(database_url=url, secret_key=SECRET))
     async with AsyncTestClient(app=app) as client:
-        await client.post("/api/v1/workspaces", json={"slug": "bench"}, headers=h)
+
+        async def checked(method: str, path: str, **kwargs: Any) -> Any:
+            response = await client.request(method, path, headers=h | kwargs.pop("h", {}), **kwargs)
+            if response.status_code >= 300:
+                raise RuntimeError(f"{method} {path}: {response.status_code} {response.text}")
+            return response
+
+        await checked("POST", "/api/v1/workspaces", json={"slug": "bench"})
         base = "/api/v1/workspaces/bench"
-        op = await client.post(f"{base}/operations", json=spec, headers=h)
-        await client.post(
-            f"{base}/operations/latest_rate/publish", headers={**h, "If-Match": op.headers["etag"]}
+        names = []
+        for index in range(tools):
+            spec = operation(index)
+            op = await checked("POST", f"{base}/operations", json=spec)
+            await checked(
+                "POST",
+                f"{base}/operations/{spec['name']}/publish",
+                h={"If-Match": op.headers["etag"]},
+            )
+            names.append(spec["name"])
+        agent = await checked(
+            "POST", f"{base}/agents", json={"slug": "catalog", "operations": names}
         )
-        agent = await client.post(
-            f"{base}/agents", json={"slug": "rates", "operations": ["latest_rate"]}, headers=h
+        await checked(
+            "POST", f"{base}/agents/catalog/publish", h={"If-Match": agent.headers["etag"]}
         )
-        await client.post(
-            f"{base}/agents/rates/publish", headers={**h, "If-Match": agent.headers["etag"]}
-        )
-        key = await client.post(f"{base}/keys", json={"agent": "rates"}, headers=h)
+        key = await checked("POST", f"{base}/keys", json={"agent": "catalog"})
         return str(key.json()["key"])
 
 
-def serve(target: str, port: int, env: dict[str, str], factory: bool) -> subprocess.Popen[bytes]:
-    argv = [
-        sys.executable,
-        "-m",
-        "granian",
-        "--interface",
-        "asgi",
-        "--no-ws",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-    ]
-    if factory:
-        argv.append("--factory")
-    return subprocess.Popen(
-        [*argv, target], env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+def rpc(method: str, *, modern: bool) -> str:
+    params: dict[str, Any] = {}
+    if modern:
+        params["_meta"] = {
+            "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+    return msgspec.json.encode(
+        {"jsonrpc": "2.0", "id": 2, "method": method, "params": params}
+    ).decode()
+
+
+async def listed_tools(url: str, headers: dict[str, str], body: str) -> int:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(url, data=body.encode(), headers=headers) as response,
+    ):
+        answer = msgspec.json.decode(await response.read())
+    return len(answer["result"]["tools"])
+
+
+def line(label: str, w: WrkResult, base: WrkResult) -> str:
+    return (
+        f"{label:34}{w.rps:>8.0f}{w.p50_ms:>8.2f}{w.p99_ms:>8.2f}{w.rps / base.rps:>9.2f}"
+        f"{w.socket_errors + w.non_2xx:>6}"
     )
 
 
-async def wait_up(url: str) -> None:
-    deadline = time.monotonic() + 30
-    async with aiohttp.ClientSession() as http:
-        while time.monotonic() < deadline:
-            try:
-                async with http.get(url) as response:
-                    if response.status < 500:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up")
-
-
-async def load(
-    url: str, body: bytes, headers: dict[str, str], seconds: float, concurrency: int
-) -> float:
-    done = 0
-    stop = time.monotonic() + seconds
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector) as http:
-
-        async def worker() -> None:
-            nonlocal done
-            while time.monotonic() < stop:
-                async with http.post(url, data=body, headers=headers) as response:
-                    await response.read()
-                    assert response.status == 200, response.status
-                done += 1
-
-        started = time.monotonic()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return done / (time.monotonic() - started)
-
-
-async def main(seconds: float, concurrency: int) -> None:
+async def main(seconds: float, tools: int) -> int:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2 or shutil.which("wrk") is None:
+        print("needs two CPUs and wrk (apt install wrk)", file=sys.stderr)
+        return 2
+    server_cpu, client_cpu = cpus[0], cpus[1]
     server = os.environ.get(
         "CRANK_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
     )
-    name = f"crank_bench_{os.getpid()}"
+    name = f"crank_bench_list_{os.getpid()}"
     with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")  # type: ignore[arg-type]
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     params = conninfo_to_dict(server)
     params["dbname"] = name
     url = make_conninfo(**params)  # type: ignore[arg-type]
+    workdir = Path(tempfile.mkdtemp(prefix="crank-bench-list-"))
     processes: list[subprocess.Popen[bytes]] = []
     try:
-        key = await seed(url)
+        key = await seed(url, tools)
         env = {k: v for k, v in os.environ.items() if not k.startswith("CRANK_")}
-        env |= {
+        env |= {"PYTHONPATH": str(ROOT)}
+        gateway_env = env | {
             "CRANK_DATABASE_URL": url,
             "CRANK_SECRET_KEY": SECRET,
             "CRANK_METRICS_PORT": str(free_port()),
-            "PYTHONPATH": str(ROOT),
+            "CRANK_RATE_LIMIT": "off",
+            "CRANK_LOG_LEVEL": "warning",
         }
         gateway_port, echo_port = free_port(), free_port()
-        processes.append(serve("mcp_gateway.app:create_app", gateway_port, env, factory=True))
-        processes.append(serve("bench.echo_app:app", echo_port, env, factory=False))
-        await wait_up(f"http://127.0.0.1:{gateway_port}/readyz")
-        await wait_up(f"http://127.0.0.1:{echo_port}/")
+        logs = {n: workdir / f"{n}.log" for n in ("gateway", "echo")}
+        gateway_process = serve(
+            server_cpu,
+            "mcp_gateway.app:create_app",
+            gateway_port,
+            gateway_env,
+            factory=True,
+            log=logs["gateway"],
+            loop="auto",
+        )
+        echo = serve(
+            server_cpu, "bench.echo_app:app", echo_port, env, factory=False, log=logs["echo"]
+        )
+        processes += [gateway_process, echo]
+        await wait_up(f"http://127.0.0.1:{gateway_port}/readyz", gateway_process, logs["gateway"])
+        await wait_up(f"http://127.0.0.1:{echo_port}/", echo, logs["echo"])
         gateway = f"http://127.0.0.1:{gateway_port}{PATH}"
         auth = {
             "Authorization": f"Bearer {key}",
             "Content-Type": "application/json",
             "Accept": "application/json",
         }
-        async with aiohttp.ClientSession() as http:
-            init = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}'
-            async with http.post(gateway, data=init, headers=auth) as response:
-                session = response.headers["mcp-session-id"]
-        in_session = {**auth, "MCP-Session-Id": session}
-        ping = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
-        tools = b'{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}'
-        await load(gateway, tools, in_session, 1.0, concurrency)  # warm-up
-        baseline = await load(
-            f"http://127.0.0.1:{echo_port}/",
-            ping,
-            {"Content-Type": "application/json"},
-            seconds,
-            concurrency,
-        )
-        listed = await load(gateway, tools, in_session, seconds, concurrency)
-        pinged = await load(gateway, ping, in_session, seconds, concurrency)
-        print(
-            f"concurrency {concurrency}, {seconds:.0f} s each, granian 1 worker, client in this process"
-        )
-        print(f"bare ASGI baseline      {baseline:8.0f} req/s   1.00")
-        print(f"gateway tools/list      {listed:8.0f} req/s   {listed / baseline:.2f}")
-        print(f"gateway ping            {pinged:8.0f} req/s   {pinged / baseline:.2f}")
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(gateway, data=initialize_message(), headers=auth) as response,
+        ):
+            session = response.headers["mcp-session-id"]
+        legacy = auth | {"MCP-Session-Id": session, "MCP-Protocol-Version": LEGACY_VERSION}
+        modern = auth | {
+            "MCP-Protocol-Version": MODERN_VERSION,
+            "Mcp-Method": "tools/list",
+        }
+        scripts = {
+            "bare ASGI app (baseline)": (
+                f"http://127.0.0.1:{echo_port}/",
+                write_lua(workdir, "echo", "POST", rpc("ping", modern=False), {}),
+            ),
+            f"tools/list {LEGACY_VERSION}": (
+                gateway,
+                write_lua(workdir, "list-legacy", "POST", rpc("tools/list", modern=False), legacy),
+            ),
+            f"tools/list {MODERN_VERSION}": (
+                gateway,
+                write_lua(workdir, "list-modern", "POST", rpc("tools/list", modern=True), modern),
+            ),
+            f"initialize {LEGACY_VERSION}": (
+                gateway,
+                write_lua(workdir, "init", "POST", initialize_message().decode(), auth),
+            ),
+        }
+        for era_headers, is_modern in ((legacy, False), (modern, True)):
+            count = await listed_tools(gateway, era_headers, rpc("tools/list", modern=is_modern))
+            if count != tools:
+                raise RuntimeError(f"tools/list listed {count} tools, not {tools}")
+        print(f"verified: tools/list returns {tools} tools in both eras")
+        for target, script in scripts.values():  # warm-up
+            run_wrk(client_cpu, target, script, 16, 2)
+        for connections in (1, 16):
+            results = {
+                label: run_wrk(client_cpu, target, script, connections, seconds)
+                for label, (target, script) in scripts.items()
+            }
+            base = next(iter(results.values()))
+            print(f"\n{connections} connection{'s' if connections > 1 else ''}, {seconds:g} s each")
+            print(f"{'':34}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'/baseline':>9}{'err':>6}")
+            for label, result in results.items():
+                print(line(label, result, base))
+            if connections == 1:
+                for label, result in list(results.items())[1:]:
+                    met = "met" if result.p50_ms <= TARGET_P50_MS else "MISSED"
+                    print(f"  {label}: p50 {result.p50_ms:.2f} ms ({met}: <= {TARGET_P50_MS} ms)")
+        return 0
     finally:
-        for process in processes:
-            process.terminate()
-            process.wait(timeout=10)
+        for process in reversed(processes):
+            stop(process)
+        shutil.rmtree(workdir, ignore_errors=True)
         with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")  # type: ignore[arg-type]
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--tools", type=int, default=128, help="tools of the agent (default 128)")
     args = parser.parse_args()
-    asyncio.run(main(args.seconds, args.concurrency))
+    sys.exit(asyncio.run(main(args.seconds, args.tools)))
