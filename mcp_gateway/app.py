@@ -33,6 +33,7 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -277,15 +278,30 @@ class GatewayApp:
         self._expiry.start()
         self.state.key_use.start(pool)
         self.state.call_log.start()
-        try:
-            self._metrics = await start_metrics_server(
-                settings.host,
-                settings.metrics_port,
-                lambda: time.monotonic() - refresher.last_success,
-            )
-        except OSError as exc:  # e.g. a second worker on the same port
-            log.warning("metrics_port_unavailable", port=settings.metrics_port, error=str(exc))
+        self._metrics = await self._serve_metrics(
+            settings, lambda: time.monotonic() - refresher.last_success
+        )
         log.info("gateway_started", snapshot_version=refresher.snapshot.version)
+
+    @staticmethod
+    async def _serve_metrics(settings: Settings, age: Callable[[], float]) -> web.AppRunner | None:
+        """Worker i of N serves metrics on ``CRANK_METRICS_PORT + i``: each takes the first
+        free port of that range (docs/architecture.md, "Gateway workers")."""
+        ports = range(
+            settings.metrics_port, settings.metrics_port + max(1, settings.gateway_workers)
+        )
+        error: OSError | None = None
+        for port in ports:
+            try:
+                return await start_metrics_server(settings.host, port, age)
+            except OSError as exc:  # taken by another worker
+                error = exc
+        log.warning(
+            "metrics_port_unavailable",
+            ports=f"{ports.start}-{ports.stop - 1}",
+            error=str(error),
+        )
+        return None
 
     def _end_streams_on_signal(self, streams: StreamHub, *waiters: ApprovalWaiters) -> None:
         """Chain a handler for SIGTERM and SIGINT in front of the server's own.

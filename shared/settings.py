@@ -25,6 +25,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     control_plane_port: int = 8000
     gateway_port: int = 8080
     metrics_port: int = 9090
+    # granian workers of `crank mcp-server`; 0: one per CPU this process may use, the
+    # container's CPU quota included (docs/architecture.md, "Gateway workers").
+    gateway_workers: int = 0
     mcp_refresh_ms: int = 5000
     mcp_session_ttl_s: int = 86400
     mcp_listen: bool = True  # LISTEN for publishes; false behind a transaction-pooling PgBouncer
@@ -148,6 +151,23 @@ def _convert(name: str, raw: str, annotation: Any) -> Any:
     return raw
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on, capped by a cgroup v2 CPU quota (a container's
+    ``resources.limits.cpu``), rounded up; at least 1."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as cpu_max:
+            quota, period = cpu_max.read().split()
+        if quota != "max":
+            cpus = min(cpus, -(-int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return max(1, cpus)
+
+
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     """Build settings from the environment; empty variables count as unset."""
     env = os.environ if environ is None else environ
@@ -212,6 +232,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise SettingsError(
             "CRANK_PUBLIC_URL must be a scheme and host, e.g. https://crank.example.com"
         )
+    if not 0 <= settings.gateway_workers <= 256:
+        raise SettingsError("CRANK_GATEWAY_WORKERS must be between 0 (one per CPU) and 256")
     if not 1 <= settings.mcp_tools_page_size <= 10_000:
         raise SettingsError("CRANK_MCP_TOOLS_PAGE_SIZE must be between 1 and 10000")
     return settings

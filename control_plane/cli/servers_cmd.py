@@ -13,14 +13,14 @@ import os
 import sys
 
 from control_plane.cli.common import cli_settings, key_hasher, require_database_url
-from shared.settings import Settings
+from shared.settings import Settings, usable_cpus
 
 CONTROL_PLANE_APP = "control_plane.app:create_app"
 # Started by module path, never imported (docs/architecture.md, "Where code lives").
 GATEWAY_APP = "mcp_gateway.app:create_app"
 
 
-def granian_argv(app: str, host: str, port: int) -> list[str]:
+def granian_argv(app: str, host: str, port: int, *, workers: int = 1) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -29,6 +29,8 @@ def granian_argv(app: str, host: str, port: int) -> list[str]:
         "asgi",
         "--factory",
         "--no-ws",
+        "--workers",
+        str(workers),
         "--host",
         host,
         "--port",
@@ -42,9 +44,16 @@ def control_plane_argv(settings: Settings) -> list[str]:
     return granian_argv(CONTROL_PLANE_APP, settings.host, settings.control_plane_port)
 
 
+def gateway_workers(settings: Settings) -> int:
+    """``CRANK_GATEWAY_WORKERS``, or one worker per usable CPU when it is 0."""
+    return settings.gateway_workers or usable_cpus()
+
+
 def gateway_argv(settings: Settings) -> list[str]:
     """The granian command line that serves the gateway (by module path, never imported)."""
-    return granian_argv(GATEWAY_APP, settings.host, settings.gateway_port)
+    return granian_argv(
+        GATEWAY_APP, settings.host, settings.gateway_port, workers=gateway_workers(settings)
+    )
 
 
 def _check_server_settings() -> Settings:
@@ -61,7 +70,10 @@ def run_control_plane(args: argparse.Namespace) -> int:
 
 
 def run_gateway(args: argparse.Namespace) -> int:
-    argv = gateway_argv(_check_server_settings())
+    settings = _check_server_settings()
+    argv = gateway_argv(settings)
+    # Each worker reads the count: worker i serves metrics on CRANK_METRICS_PORT + i.
+    os.environ["CRANK_GATEWAY_WORKERS"] = str(gateway_workers(settings))
     os.execv(argv[0], argv)  # noqa: S606
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+import msgspec
 import structlog
 
 from control_plane.cli.banner import client_host
@@ -135,6 +136,8 @@ def _child_env(
         CRANK_SECRET_KEY=secret_key,
         CRANK_UPSTREAM_ALLOWLIST=",".join(dict.fromkeys(allowlist)),
         CRANK_DEMO_SALES_PORT=str(sales_port),
+        # One gateway worker locally unless the user asks for more.
+        CRANK_GATEWAY_WORKERS=str(settings.gateway_workers or 1),
     )
     return env
 
@@ -183,7 +186,13 @@ def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:
         env,
     )
     control_plane = supervisor.start("control-plane", control_plane_argv(settings), env)
-    gateway = supervisor.start("gateway", gateway_argv(settings), env)
+    gateway = supervisor.start(
+        "gateway",
+        gateway_argv(
+            msgspec.structs.replace(settings, gateway_workers=settings.gateway_workers or 1)
+        ),
+        env,
+    )
 
     try:
         supervisor.wait_for_http(sales, f"http://127.0.0.1:{sales_port}/healthz", timeout_s=30)

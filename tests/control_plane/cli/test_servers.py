@@ -96,6 +96,8 @@ def test_server_command_serves_until_sigterm(
         CRANK_DATABASE_URL=database_url,
         CRANK_SECRET_KEY=TEST_SECRET_KEY,
         CRANK_METRICS_PORT=str(free_port()),
+        # One worker: granian does not stop a worker still starting when SIGTERM comes.
+        CRANK_GATEWAY_WORKERS="1",
         **{port_variable: str(port)},
     )
     process = subprocess.Popen(
@@ -121,3 +123,58 @@ def test_server_command_serves_until_sigterm(
 
     assert [pid for pid in workers if running(pid)] == []
     assert not accepts_connections(port)
+
+
+def _free_port_pair() -> int:
+    """A port whose successor is free too (worker i serves metrics on the base + i)."""
+    for _ in range(50):
+        port = free_port()
+        if port < 65535 and not accepts_connections(port + 1):
+            return port
+    pytest.fail("no two consecutive free ports")
+
+
+def _metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        return str(answer.read().decode())
+
+
+def test_gateway_workers_each_serve_the_endpoint_and_their_own_metrics_port(
+    database_url: str,
+) -> None:
+    port, metrics_port = free_port(), _free_port_pair()
+    env = crank_env(
+        CRANK_DATABASE_URL=database_url,
+        CRANK_SECRET_KEY=TEST_SECRET_KEY,
+        CRANK_GATEWAY_PORT=str(port),
+        CRANK_METRICS_PORT=str(metrics_port),
+        CRANK_GATEWAY_WORKERS="2",
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "control_plane.cli", "mcp-server"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    workers: set[int] = set()
+    try:
+        _wait_ready(f"http://127.0.0.1:{port}/readyz", process)
+        deadline = time.monotonic() + 30
+        while not all(accepts_connections(p) for p in (metrics_port, metrics_port + 1)):
+            assert time.monotonic() < deadline, "a worker serves no metrics"
+            time.sleep(0.2)
+        served = [_metrics(p) for p in (metrics_port, metrics_port + 1)]
+        workers = descendants(process.pid)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for pid in workers:
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+    assert all("crank_snapshot_version" in text for text in served)
+    assert len(workers) >= 2  # granian's two workers (and any helper processes)
