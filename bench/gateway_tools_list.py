@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import shutil
 import subprocess
@@ -51,6 +52,7 @@ from control_plane.app import create_app  # noqa: E402
 from control_plane.services.tokens import create_admin_token  # noqa: E402
 from shared.crypto import KeyHasher  # noqa: E402
 from shared.db import connect  # noqa: E402
+from shared.logging import configure_logging  # noqa: E402
 from shared.migrate import migrate  # noqa: E402
 from shared.settings import Settings  # noqa: E402
 
@@ -144,7 +146,7 @@ async def listed_tools(url: str, headers: dict[str, str], body: str) -> int:
 
 def line(label: str, w: WrkResult, base: WrkResult) -> str:
     return (
-        f"{label:34}{w.rps:>8.0f}{w.p50_ms:>8.2f}{w.p99_ms:>8.2f}{w.rps / base.rps:>9.2f}"
+        f"{label:34}{w.rps:>8.0f}{w.p50_ms:>8.2f}{w.p99_ms:>8.2f}{w.rps / base.rps:>10.2f}"
         f"{w.socket_errors + w.non_2xx:>6}"
     )
 
@@ -155,6 +157,8 @@ async def main(seconds: float, tools: int) -> int:
         print("needs two CPUs and wrk (apt install wrk)", file=sys.stderr)
         return 2
     server_cpu, client_cpu = cpus[0], cpus[1]
+    configure_logging("warning", json=False)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     server = os.environ.get(
         "CRANK_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
     )
@@ -242,7 +246,7 @@ async def main(seconds: float, tools: int) -> int:
             }
             base = next(iter(results.values()))
             print(f"\n{connections} connection{'s' if connections > 1 else ''}, {seconds:g} s each")
-            print(f"{'':34}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'/baseline':>9}{'err':>6}")
+            print(f"{'':34}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'/baseline':>10}{'err':>6}")
             for label, result in results.items():
                 print(line(label, result, base))
             if connections == 1:
