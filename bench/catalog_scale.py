@@ -31,6 +31,9 @@ of the bound agent that shows the marker (asked every 2 ms). Once with
 LISTEN (the default) and once with the replicas restarted with
 ``CRANK_MCP_LISTEN=false`` and ``CRANK_MCP_REFRESH_MS=--poll-ms``.
 
+``--py-spy PATH`` records replica A's worker with py-spy (collapsed stacks,
+``--py-spy-out``) during the run with changes.
+
 Numbers are provisional on a shared machine: compare with the baseline measured
 in the same run.
 """
@@ -42,6 +45,7 @@ import asyncio
 import itertools
 import logging
 import os
+import random
 import re
 import shutil
 import statistics
@@ -81,6 +85,7 @@ TOOLS_LIST = '{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}'
 VISIBLE_POLL_S = 0.002
 VISIBLE_TIMEOUT_S = 30.0
 READY_TIMEOUT_S = 300.0
+DEFAULT_REFRESH_S = 5.0  # CRANK_MCP_REFRESH_MS's default, the poll behind LISTEN
 
 
 @dataclass(slots=True)
@@ -238,10 +243,15 @@ async def publish_to_visible(
     replicas: list[Replica],
     seeded: Seeded,
     count: int,
+    poll_s: float,
 ) -> dict[str, list[float]]:
     agents = list(seeded.operations)
     times: dict[str, list[float]] = {r.name: [] for r in replicas}
+    phases = random.Random(7)  # noqa: S311 - spreads bench timings, nothing secret
     for i in range(count):
+        # A publish right after the poll that showed the last one would always wait a
+        # whole interval: start each at a random point of the poll's cycle.
+        await asyncio.sleep(phases.uniform(0, poll_s))
         agent = agents[(i * 37) % len(agents)]
         operation = seeded.operations[agent][(i * 13) % len(seeded.operations[agent])]
         for replica in replicas:  # sessions open before the clock starts
@@ -336,6 +346,18 @@ def print_table(
         )
 
 
+def profile(args: argparse.Namespace, replica: Replica) -> subprocess.Popen[bytes] | None:
+    """py-spy on replica A's worker for the run with changes, when asked (--py-spy)."""
+    if not args.py_spy:
+        return None
+    assert replica.process is not None
+    children = Path(f"/proc/{replica.process.pid}/task/{replica.process.pid}/children")
+    worker = children.read_text().split()[0]
+    argv = [args.py_spy, "record", "--pid", worker, "--format", "raw", "--rate", "250"]
+    argv += ["--duration", str(round(args.seconds)), "--output", args.py_spy_out, "--nonblocking"]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 async def replica_facts(http: aiohttp.ClientSession, replica: Replica) -> dict[str, float]:
     assert replica.process is not None
     return {
@@ -353,6 +375,8 @@ async def main(args: argparse.Namespace) -> int:
     if len(cpus) < 2:
         print("needs two CPUs", file=sys.stderr)
         return 2
+    # The admin API runs in this process: off replica A's CPU, with wrk and replica B.
+    os.sched_setaffinity(0, {cpus[1]})
     configure_logging("warning", json=False)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     server = os.environ.get(
@@ -404,10 +428,14 @@ async def main(args: argparse.Namespace) -> int:
             load = asyncio.create_task(
                 asyncio.to_thread(run_wrk, wrk_cpu, target, script, args.connections, args.seconds)
             )
+            profiler = profile(args, replicas[0])
             changed = await changes_during(admin, seeded, args.seconds, args.changes)
             loaded = await load
+            if profiler is not None:
+                profiler.wait(timeout=60)
+                print(f"py-spy: collapsed stacks of replica A under changes in {args.py_spy_out}")
             listen = await publish_to_visible(
-                admin, http, sessions, replicas, seeded, args.publishes
+                admin, http, sessions, replicas, seeded, args.publishes, DEFAULT_REFRESH_S
             )
             for replica in replicas:
                 facts[replica.name]["rss_end"] = worker_rss_mb(replica.process.pid)  # type: ignore[union-attr]
@@ -424,7 +452,13 @@ async def main(args: argparse.Namespace) -> int:
             for replica in replicas:
                 await start(replica, polling_env)
             polling = await publish_to_visible(
-                admin, http, Sessions(http, seeded), replicas, seeded, args.publishes
+                admin,
+                http,
+                Sessions(http, seeded),
+                replicas,
+                seeded,
+                args.publishes,
+                args.poll_ms / 1000,
             )
         print_table(args, replicas, facts, baseline, loaded, changed, listen, polling)
     finally:
@@ -448,5 +482,7 @@ if __name__ == "__main__":
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--changes", type=int, default=20, help="keys, and publishes, under load")
     parser.add_argument("--publishes", type=int, default=20, help="publish -> visible samples")
+    parser.add_argument("--py-spy", default="", help="py-spy executable: profile replica A")
+    parser.add_argument("--py-spy-out", default="catalog_scale.pyspy.txt")
     parser.add_argument("--poll-ms", type=int, default=1000, help="CRANK_MCP_REFRESH_MS, no LISTEN")
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -2,7 +2,8 @@
 (docs/architecture.md, "Snapshot and refresh").
 
 ``SnapshotBuilder`` remembers what its last snapshot was made of: the digests
-(mcp_gateway.catalog.changes), the published operations by workspace and name,
+(mcp_gateway.catalog.changes), the published operations by workspace and name
+(and by bucket of ids, as the digests group them),
 the agents' rows, the keys by agent, the opened secrets by workspace, and the
 compiled tools by (operation id, version, name). A build reads the digests,
 fetches the groups that differ and then
@@ -40,6 +41,7 @@ import structlog
 from mcp_gateway.catalog.changes import (
     Digests,
     Slicer,
+    bucket,
     changed,
     read_agents,
     read_digests,
@@ -62,6 +64,7 @@ log = structlog.get_logger(__name__)
 
 _encoder = msgspec.json.Encoder()
 ToolKey = tuple[int, int, str]  # operation id, version, the name it is bound by
+Published = tuple[int, str, int, int]  # workspace id, name, operation id, latest version
 _SPARE_TOOLS = 256  # replaced tools kept before a prune (see _pruned)
 # A build that compiles tools freezes them out of the cyclic GC every this many
 # (docs/architecture.md, "Snapshot and refresh").
@@ -86,6 +89,7 @@ class _Memo:
     snapshot: Snapshot = field(default_factory=Snapshot.empty)
     digests: Digests = field(default_factory=Digests)
     operations: dict[int, dict[str, tuple[int, int]]] = field(default_factory=dict)
+    op_buckets: dict[int, list[Published]] = field(default_factory=dict)  # changes.bucket ->
     agent_rows: dict[int, dict[str, Any]] = field(default_factory=dict)
     keys: dict[int, dict[bytes, Key]] = field(default_factory=dict)  # agent id -> its keys
     secrets: dict[int, Mapping[str, str]] = field(default_factory=dict)  # workspace id ->
@@ -121,6 +125,34 @@ def _compile(key: ToolKey, text: str, language: Language) -> Tool | None:
     )
 
 
+def _operations_after(
+    memo: _Memo, buckets: set[int], rows: list[dict[str, Any]]
+) -> tuple[dict[int, dict[str, tuple[int, int]]], dict[int, list[Published]], set[int]]:
+    """The published operations by workspace and name and by bucket once ``buckets``
+    hold ``rows``, and the workspaces whose operations changed. Copies only what
+    changes: the last snapshot's maps stay as they were."""
+    op_buckets = {b: ops for b, ops in memo.op_buckets.items() if b not in buckets}
+    dropped = [op for b in buckets for op in memo.op_buckets.get(b, ())]
+    added: list[Published] = []
+    for r in rows:
+        op = (r["workspace_id"], r["name"], r["id"], r["latest_version"])
+        op_buckets.setdefault(bucket(op[2]), []).append(op)
+        added.append(op)
+    gone, new = set(dropped) - set(added), set(added) - set(dropped)
+    workspaces = {op[0] for op in gone} | {op[0] for op in new}
+    operations = dict(memo.operations)
+    for ws in workspaces:
+        operations[ws] = dict(operations.get(ws, {}))
+    for ws, name, _, _ in gone:
+        operations[ws].pop(name, None)
+    for ws, name, operation_id, version in new:
+        operations[ws][name] = (operation_id, version)
+    for ws in workspaces:
+        if not operations[ws]:
+            del operations[ws]
+    return operations, op_buckets, workspaces
+
+
 def _bound(
     row: Mapping[str, Any], operations: dict[int, dict[str, tuple[int, int]]]
 ) -> list[ToolKey]:
@@ -154,17 +186,15 @@ class SnapshotBuilder:
             state = await cur.fetchone()
             version = int(state["version"]) if state else 0
             digests = await read_digests(conn)
-            ops_ws = changed(memo.digests.operations, digests.operations)
+            buckets = changed(memo.digests.operations, digests.operations)
             agents_changed = changed(memo.digests.agents, digests.agents)
             keys_changed = changed(memo.digests.keys, digests.keys)
             secrets_ws = changed(memo.digests.secrets, digests.secrets) if options.box else set()
 
-            operations = memo.operations
-            if ops_ws:
-                operations = {ws: ops for ws, ops in operations.items() if ws not in ops_ws}
-                for r in await read_operations(conn, ops_ws & digests.operations.keys(), slicer):
-                    by_name = operations.setdefault(r["workspace_id"], {})
-                    by_name[r["name"]] = (r["id"], r["latest_version"])
+            operations, op_buckets, ops_ws = memo.operations, memo.op_buckets, set[int]()
+            if buckets:
+                rows = await read_operations(conn, buckets & digests.operations.keys(), slicer)
+                operations, op_buckets, ops_ws = _operations_after(memo, buckets, rows)
             agent_rows = memo.agent_rows
             if agents_changed:
                 agent_rows = {i: r for i, r in agent_rows.items() if i not in agents_changed}
@@ -264,6 +294,7 @@ class SnapshotBuilder:
             snapshot=snapshot,
             digests=digests,
             operations=operations,
+            op_buckets=op_buckets,
             agent_rows=agent_rows,
             keys=keys_by_agent,
             secrets=secrets,

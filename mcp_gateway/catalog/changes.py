@@ -2,12 +2,13 @@
 the rows whose digest changed (docs/architecture.md, "Snapshot and refresh").
 
 The database hashes each part, grouped so that a change touches one group:
-the published operations of a workspace (id, name, latest version), an
-agent's row with its workspace's slug and egress policy, an agent's live
+the published operations (id, workspace, name, latest version) by buckets
+of 64 consecutive ids (``bucket``), an agent's row with its workspace's slug and egress policy, an agent's live
 keys, a workspace's secrets. The operations, the largest part, are summed
 rather than hashed in order (a scan of 10,000 rows, no sort): versions only
 grow and ids are never reused, so a publish, a new or a deleted operation
-always changes the count or the sum. The gateway compares the hashes with those of
+always changes the count or the sum of its bucket, and a publish re-reads
+64 rows at most. The gateway compares the hashes with those of
 its last snapshot and fetches the rows of the groups that differ. A key
 created anywhere therefore costs one agent's keys, not the catalog, and no
 table needs a change log: polling alone finds the same differences as LISTEN.
@@ -34,10 +35,10 @@ SLICE_S = 0.002
 _FETCH_ROWS = 200
 
 _DIGESTS_SQL = """
-SELECT 'operations' AS part, workspace_id AS id,
+SELECT 'operations' AS part, id >> 6 AS id,
        convert_to(count(*) || ':' || sum(id * 1000003 + latest_version) || ':'
-                  || sum(hashtextextended(name, 0)), 'UTF8') AS digest
-  FROM operations WHERE latest_version IS NOT NULL GROUP BY workspace_id
+                  || sum(hashtextextended(workspace_id || ':' || name, 0)), 'UTF8') AS digest
+  FROM operations WHERE latest_version IS NOT NULL GROUP BY id >> 6
 UNION ALL
 SELECT 'agent', a.id,
        sha256(convert_to(row(a.workspace_id, w.slug, a.slug, a.published,
@@ -59,8 +60,10 @@ SELECT 'secrets', workspace_id,
  WHERE workspace_id IN (SELECT workspace_id FROM agents WHERE published IS NOT NULL)
  GROUP BY workspace_id"""
 
-_OPERATIONS_SQL = """SELECT id, workspace_id, name, latest_version FROM operations
-                      WHERE workspace_id = ANY(%s) AND latest_version IS NOT NULL"""
+_OPERATIONS_SQL = """SELECT o.id, o.workspace_id, o.name, o.latest_version
+                       FROM unnest(%s::bigint[]) AS b(bucket)
+                       JOIN operations o ON o.id >= b.bucket << 6 AND o.id < (b.bucket + 1) << 6
+                      WHERE o.latest_version IS NOT NULL"""
 _SPECS_SQL = """SELECT v.operation_id, v.version, v.spec::text AS spec
                   FROM unnest(%s::bigint[], %s::integer[]) AS want(id, version)
                   JOIN operation_versions v ON v.operation_id = want.id AND v.version = want.version"""
@@ -91,7 +94,7 @@ class Slicer:
 class Digests:
     """Per group, the database's hash of it; a group that is gone has no entry."""
 
-    operations: dict[int, bytes] = field(default_factory=dict)  # workspace id ->
+    operations: dict[int, bytes] = field(default_factory=dict)  # bucket of ids ->
     agents: dict[int, bytes] = field(default_factory=dict)  # agent id ->
     keys: dict[int, bytes] = field(default_factory=dict)  # agent id -> its live keys
     secrets: dict[int, bytes] = field(default_factory=dict)  # workspace id ->
@@ -127,13 +130,18 @@ async def _rows(conn: Connection, sql: str, params: tuple[Any, ...], slicer: Sli
     return rows
 
 
+def bucket(operation_id: int) -> int:
+    """The group of an operation in ``Digests.operations``."""
+    return operation_id >> 6
+
+
 async def read_operations(
-    conn: Connection, workspaces: Collection[int], slicer: Slicer
+    conn: Connection, buckets: Collection[int], slicer: Slicer
 ) -> list[dict[str, Any]]:
-    """The published operations (id, workspace_id, name, latest_version) of ``workspaces``."""
-    if not workspaces:
+    """The published operations (id, workspace_id, name, latest_version) of ``buckets``."""
+    if not buckets:
         return []
-    return await _rows(conn, _OPERATIONS_SQL, (list(workspaces),), slicer)
+    return await _rows(conn, _OPERATIONS_SQL, (list(buckets),), slicer)
 
 
 async def read_specs(
