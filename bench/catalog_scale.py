@@ -22,7 +22,12 @@ second. The bench prints, per replica, the time from spawn to ``/readyz``
   ``--connections`` for ``--seconds``: the baseline with no change;
 - the same load while ``--changes`` keys are created and ``--changes``
   operations published (a new draft, then publish) through the admin API,
-  spread over the run; the p50/p99 ratios to the baseline are what to read.
+  spread over the run; the p50/p99 ratios to the baseline are what to read;
+- a control, after the publish -> visible runs below: replica A restarted
+  with no LISTEN and a poll ten minutes away, and the same changes and load
+  again. A does not reload, but the admin API, Postgres and replica B work
+  as before: on a machine with two CPUs that contention alone slows A, and
+  the difference between this row and the one before is A's reloading.
 
 Then publish → visible: ``--publishes`` operations, one at a time, each a new
 version with a marker in its description; the clock starts when the admin
@@ -296,9 +301,7 @@ def print_table(
     args: argparse.Namespace,
     replicas: list[Replica],
     facts: dict[str, dict[str, float]],
-    baseline: WrkResult,
-    loaded: WrkResult,
-    changed: tuple[int, int],
+    runs: dict[str, WrkResult],
     listen: dict[str, list[float]],
     polling: dict[str, list[float]],
 ) -> None:
@@ -335,10 +338,8 @@ def print_table(
     head = f"{'':34}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'err':>6}{'p50 x':>8}{'p99 x':>8}"
     print(head)
     print("-" * len(head))
-    for label, w in (
-        ("no change (baseline)", baseline),
-        (f"{changed[0]} keys + {changed[1]} publishes", loaded),
-    ):
+    baseline = next(iter(runs.values()))
+    for label, w in runs.items():
         print(
             f"{label:34}{w.rps:>9.0f}{w.p50_ms:>9.2f}{w.p99_ms:>9.2f}"
             f"{w.socket_errors + w.non_2xx:>6}{w.p50_ms / baseline.p50_ms:>8.2f}"
@@ -442,6 +443,19 @@ async def main(args: argparse.Namespace) -> int:
                 facts[replica.name]["incremental"] = await metric(
                     http, replica, 'crank_snapshot_build_seconds{kind="incremental"}'
                 )
+            # Control: the same changes while replica A does not reload (no LISTEN, a
+            # poll 10 minutes away). What is left is the machine's contention: the
+            # admin API, Postgres and replica B; the difference is A's reloads.
+            a = replicas[0]
+            assert a.process is not None
+            stop(a.process)
+            await start(a, env | {"CRANK_MCP_LISTEN": "false", "CRANK_MCP_REFRESH_MS": "600000"})
+            await asyncio.to_thread(run_wrk, wrk_cpu, target, script, args.connections, 2.0)
+            load = asyncio.create_task(
+                asyncio.to_thread(run_wrk, wrk_cpu, target, script, args.connections, args.seconds)
+            )
+            await changes_during(admin, seeded, args.seconds, args.changes)
+            control = await load
             for replica in replicas:
                 assert replica.process is not None
                 stop(replica.process)
@@ -460,7 +474,12 @@ async def main(args: argparse.Namespace) -> int:
                 args.publishes,
                 args.poll_ms / 1000,
             )
-        print_table(args, replicas, facts, baseline, loaded, changed, listen, polling)
+        runs = {
+            "no change (baseline)": baseline,
+            f"{changed[0]} keys + {changed[1]} publishes": loaded,
+            "the same, A not reloading (control)": control,
+        }
+        print_table(args, replicas, facts, runs, listen, polling)
     finally:
         for replica in replicas:
             if replica.process is not None:
