@@ -9,9 +9,11 @@ compiled tools by (operation id, version, name). A build reads the digests,
 fetches the groups that differ and then
 
 - compiles only the operation versions no tool exists for yet;
-- rebuilds only the agents whose row, workspace operations or secrets changed,
-  and keeps an agent's serialized tools/list pages when its tools are the same
-  objects as before; every other agent is the previous ``Agent`` object;
+- looks again only at the agents whose row, workspace operations or secrets
+  changed; one whose row and secrets are unchanged and whose tools are the
+  same objects stays the previous ``Agent`` object, one whose tools are the
+  same keeps its serialized tools/list pages; every other agent is the
+  previous object without a look;
 - patches the key map for the agents whose keys changed (the rest is copied).
 
 So a key or secret change compiles nothing and encodes no page, and a
@@ -95,6 +97,7 @@ class _Memo:
     secrets: dict[int, Mapping[str, str]] = field(default_factory=dict)  # workspace id ->
     tools: dict[ToolKey, Tool] = field(default_factory=dict)
     unreadable: frozenset[ToolKey] = frozenset()  # versions that do not compile (immutable)
+    built: bool = False  # False before the first build
 
 
 def _paged(definitions: list[dict[str, Any]], page_size: int) -> tuple[bytes, ...]:
@@ -178,7 +181,7 @@ class SnapshotBuilder:
     async def build(self, conn: Connection) -> Snapshot:
         started = time.perf_counter()
         memo, options, slicer = self._memo, self._options, Slicer()
-        full = not memo.digests.agents and not memo.digests.operations
+        full = not memo.built
         compiled = 0
         async with conn.transaction():
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -250,12 +253,21 @@ class SnapshotBuilder:
         for gone in agents_changed - agent_rows.keys():
             agents_by_id.pop(gone, None)
         egress: dict[int, EgressPolicy] = {}  # one per workspace in this build
+        rebuilt = 0
         for agent_id in touched:
             old = previous.agents_by_id.get(agent_id)
             row = agent_rows[agent_id]
-            agents_by_id[agent_id] = self._agent(row, old, operations, tools, secrets, egress)
+            # Its row and its secrets (an unpublished agent holds none) are unchanged:
+            # the same object if its tools are.
+            keep = agent_id not in agents_changed and (
+                row["published"] is None or row["workspace_id"] not in secrets_ws
+            )
+            agent = self._agent(row, old, operations, tools, secrets, egress, keep=keep)
+            if agent is not old:
+                agents_by_id[agent_id] = agent
+                rebuilt += 1
             await slicer.tick()
-        if touched or agents_changed:
+        if rebuilt or agents_changed:
             agents = {(a.workspace, a.slug): a for a in agents_by_id.values()}
         else:
             agents, agents_by_id = previous.agents, previous.agents_by_id
@@ -300,12 +312,13 @@ class SnapshotBuilder:
             secrets=secrets,
             tools=tools,
             unreadable=frozenset(unreadable),
+            built=True,
         )
         self.last = BuildStats(
             full=full,
             seconds=time.perf_counter() - started,
             compiled=compiled,
-            agents_rebuilt=len(touched),
+            agents_rebuilt=rebuilt,
             keys_changed=len(keys_changed),
         )
         return snapshot
@@ -314,11 +327,11 @@ class SnapshotBuilder:
     async def _pruned(
         tools: dict[ToolKey, Tool], agents_by_id: Mapping[int, Agent], slicer: Slicer
     ) -> dict[ToolKey, Tool]:
-        """Forget the tools no agent serves any more, once they are a quarter of the
-        remembered ones: a publish then drops its old version a few publishes later,
+        """Forget the tools no agent serves any more once there are ``_SPARE_TOOLS`` of
+        them (a few MB): a publish then drops its old version some publishes later,
         without walking the whole catalog each time."""
-        bound = sum(len(a.tools) for a in agents_by_id.values())
-        if len(tools) <= bound + bound // 4 + _SPARE_TOOLS:
+        bound = sum(len(a.tools) for a in agents_by_id.values())  # shared tools count twice
+        if len(tools) <= bound + _SPARE_TOOLS:
             return tools
         served: dict[ToolKey, Tool] = {}
         for agent in agents_by_id.values():
@@ -335,13 +348,19 @@ class SnapshotBuilder:
         tools: dict[ToolKey, Tool],
         secrets: Mapping[int, Mapping[str, str]],
         egress: dict[int, EgressPolicy],
+        *,
+        keep: bool,
     ) -> Agent:
+        """The agent of ``row``; ``old`` itself when ``keep`` (its row and secrets are
+        unchanged) and its tools are the same objects."""
         workspace_id = row["workspace_id"]
         policy = egress.get(workspace_id)
         if policy is None:
             policy = egress[workspace_id] = egress_from_row(row, workspace_id)
         published = row["published"]
         if published is None:
+            if keep and old is not None and not old.published:
+                return old
             return Agent(
                 id=row["id"],
                 workspace_id=workspace_id,
@@ -357,6 +376,8 @@ class SnapshotBuilder:
             and len(old.tools) == len(own)
             and all(a is b for a, b in zip(old.tools, own, strict=True))
         ):
+            if keep:
+                return old
             pages, modern_pages, fingerprint = old.pages, old.modern_pages, old.fingerprint
         else:
             page_size = self._options.page_size

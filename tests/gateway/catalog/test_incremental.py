@@ -5,6 +5,7 @@ nothing. Then the same through a running gateway: LISTEN and polling alone."""
 
 from __future__ import annotations
 
+import gc
 import re
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ async def publish_operation(client: Client, admin: str, base: str, description: 
 
 
 async def seed_second(client: Client, admin: str) -> None:
-    """Workspace second: the same operation, bound by agent solo."""
+    """Workspace second: the same operation, bound by agent solo; agent idle binds none."""
     h = auth(admin)
     await ok(await client.post("/api/v1/workspaces", json={"slug": "second"}, headers=h))
     op = await ok(await client.post(f"{SECOND}/operations", json=FRANKFURTER, headers=h))
@@ -52,13 +53,14 @@ async def seed_second(client: Client, admin: str) -> None:
             headers=auth(admin, op.headers["etag"]),
         )
     )
-    body = {"slug": "solo", "operations": ["frankfurter_latest_rate"]}
-    agent = await ok(await client.post(f"{SECOND}/agents", json=body, headers=h))
-    await ok(
-        await client.post(
-            f"{SECOND}/agents/solo/publish", headers=auth(admin, agent.headers["etag"])
+    for slug, bound in (("solo", ["frankfurter_latest_rate"]), ("idle", [])):
+        body = {"slug": slug, "operations": bound}
+        agent = await ok(await client.post(f"{SECOND}/agents", json=body, headers=h))
+        await ok(
+            await client.post(
+                f"{SECOND}/agents/{slug}/publish", headers=auth(admin, agent.headers["etag"])
+            )
         )
-    )
 
 
 @pytest.fixture
@@ -77,9 +79,11 @@ async def test_a_key_compiles_nothing_and_rebuilds_no_agent(
     client: Client, seeded: str, database_url: str
 ) -> None:
     builder = SnapshotBuilder(OPTIONS)
+    frozen = gc.get_freeze_count()
     before = await build(builder, database_url)
     assert builder.last.full
     assert builder.last.compiled == 2  # one version per workspace, shared by its agents
+    assert gc.get_freeze_count() > frozen  # the first build is frozen out of the cyclic GC
     created = await ok(
         await client.post(f"{SECOND}/keys", json={"agent": "solo"}, headers=auth(seeded))
     )
@@ -105,9 +109,9 @@ async def test_a_publish_compiles_one_tool_and_rebuilds_only_its_workspace(
     await publish_operation(client, seeded, SECOND, "Gets the latest rates. Version two.")
     after = await build(builder, database_url)
     assert builder.last.compiled == 1
-    assert builder.last.agents_rebuilt == 1  # solo: the only agent of workspace second
-    for slug in ("currency-rates", "other", "unpublished"):
-        assert after.agents["default", slug] is before.agents["default", slug]
+    assert builder.last.agents_rebuilt == 1  # solo; idle, in the same workspace, binds none
+    for name in (("default", "currency-rates"), ("default", "other"), ("second", "idle")):
+        assert after.agents[name] is before.agents[name]
     solo, old_solo = after.agents["second", "solo"], before.agents["second", "solo"]
     assert solo.tools[0].version == old_solo.tools[0].version + 1
     assert solo.tools[0].definition["description"] == "Gets the latest rates. Version two."
@@ -134,7 +138,8 @@ async def test_a_secret_keeps_the_compiled_tools_and_pages(
     assert rates.secrets == {"RATES_TOKEN": "s3cret-value"}
     assert rates.tools[0] is old.tools[0]
     assert rates.pages is old.pages
-    assert after.agents["second", "solo"] is before.agents["second", "solo"]
+    for name in (("second", "solo"), ("second", "idle"), ("default", "unpublished")):
+        assert after.agents[name] is before.agents[name]
 
 
 def _shape(snapshot: Snapshot) -> dict[str, Any]:
