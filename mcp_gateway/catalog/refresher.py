@@ -1,7 +1,8 @@
 """Keeps the snapshot and the session termination list current.
 
 Every ``CRANK_MCP_REFRESH_MS`` one tiny query reads the catalog version and the
-newest termination id; only a change costs more. LISTEN wakes the loop at
+newest termination id; only a change costs more, and a change costs what it
+changed (mcp_gateway.catalog.builder; docs/architecture.md, "Snapshot and refresh"). LISTEN wakes the loop at
 once on a publish or a session DELETE; polling alone still works (behind
 PgBouncer, or while the listening connection is down). The same connection
 listens for others (``notify``: the approval worker's ``crank_approvals``).
