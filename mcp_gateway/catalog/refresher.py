@@ -1,7 +1,8 @@
 """Keeps the snapshot and the session termination list current.
 
 Every ``CRANK_MCP_REFRESH_MS`` one tiny query reads the catalog version and the
-newest termination id; only a change costs more. LISTEN wakes the loop at
+newest termination id; only a change costs more, and a change costs what it
+changed (mcp_gateway.catalog.builder; docs/architecture.md, "Snapshot and refresh"). LISTEN wakes the loop at
 once on a publish or a session DELETE; polling alone still works (behind
 PgBouncer, or while the listening connection is down). The same connection
 listens for others (``notify``: the approval worker's ``crank_approvals``).
@@ -31,7 +32,9 @@ import psycopg
 import structlog
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from mcp_gateway.catalog.snapshot import Snapshot, SnapshotOptions, load_snapshot
+from mcp_gateway.catalog.builder import BuildStats, SnapshotBuilder
+from mcp_gateway.catalog.snapshot import Snapshot, SnapshotOptions
+from mcp_gateway.upkeep.metrics import SNAPSHOT_BUILD, SNAPSHOT_TOOLS_COMPILED
 from shared.db import Connection, connect, within
 from shared.metrics import BACKGROUND_FAILURES
 from shared.periodic import PeriodicTask
@@ -47,6 +50,7 @@ _RETRY_MIN_S, _RETRY_MAX_S = 0.25, 2.0
 _LISTEN_CHECK_S = 30.0
 _LISTEN_BACKOFF_MAX_S = 5.0
 _LISTEN_FAILURES = BACKGROUND_FAILURES.labels("snapshot_listen")
+
 # Errors that mean "the database cannot be reached or did not answer in time".
 _UNREACHABLE = (psycopg.OperationalError, psycopg.InterfaceError, OSError, TimeoutError)
 # Connection defaults that turn a dead or silent server into an error instead of a hang.
@@ -106,7 +110,7 @@ class Refresher:
         self._refresh_s = refresh_s
         self._listen = listen
         self._on_swap = on_swap
-        self._options = options or SnapshotOptions()
+        self._builder = SnapshotBuilder(options)
         # The poll repeats in the shared loop (shared.periodic): while the database
         # is unreachable it retries sooner than the interval, from _RETRY_MIN_S
         # doubling to _RETRY_MAX_S. The LISTEN connection is one long wait, not
@@ -185,10 +189,10 @@ class Refresher:
         row = await within(_PROBE_TIMEOUT_S, _fetch_one(conn, _PROBE_SQL))
         assert row is not None
         if row["version"] != self.snapshot.version or not self.loaded:
-            new = await within(_LOAD_TIMEOUT_S, load_snapshot(conn, self._options))
+            new = await within(_LOAD_TIMEOUT_S, self._builder.build(conn))
             old, self.snapshot = self.snapshot, new
             self.loaded = True
-            log.info("snapshot_loaded", version=new.version, agents=len(new.agents))
+            self._built(self._builder.last, new)
             self._on_swap(old, new)
         if row["ended"] > self._last_termination_id:
             rows = await within(
@@ -200,6 +204,20 @@ class Refresher:
         now = time.time()
         for digest in [d for d, expires in self.terminated.items() if expires <= now]:
             del self.terminated[digest]
+
+    @staticmethod
+    def _built(stats: BuildStats, new: Snapshot) -> None:
+        SNAPSHOT_BUILD.labels("full" if stats.full else "incremental").set(stats.seconds)
+        SNAPSHOT_TOOLS_COMPILED.inc(stats.compiled)
+        log.info(
+            "snapshot_loaded",
+            version=new.version,
+            agents=len(new.agents),
+            build_ms=round(stats.seconds * 1000, 1),
+            compiled=stats.compiled,
+            agents_rebuilt=stats.agents_rebuilt,
+            key_groups_changed=stats.keys_changed,
+        )
 
     async def _drop_connection(self) -> None:
         conn, self._conn = self._conn, None

@@ -34,6 +34,17 @@ SNAPSHOT_AGE = Gauge(
     "Seconds since the snapshot was last confirmed current with the database.",
     registry=REGISTRY,
 )
+SNAPSHOT_BUILD = Gauge(
+    "crank_snapshot_build_seconds",
+    "Time the last snapshot build took, by kind: full (the first) or incremental.",
+    ["kind"],
+    registry=REGISTRY,
+)
+SNAPSHOT_TOOLS_COMPILED = Counter(
+    "crank_snapshot_tools_compiled_total",
+    "Tools compiled by snapshot builds (an unchanged operation version is never compiled again).",
+    registry=REGISTRY,
+)
 OPEN_STREAMS = Gauge("crank_mcp_open_streams", "Open SSE streams.", registry=REGISTRY)
 APPROVAL_WAITERS = Gauge(
     "crank_approval_waiters",

@@ -122,7 +122,7 @@ def pattern_problem(pattern: str) -> str | None:
 
 
 class SchemaPattern(str):
-    """A schema's regex text with its compiled RE2 regex, made once per validator.
+    """A schema's regex text with its compiled RE2 regex, made once per text (_loose).
 
     A ``str``, so jsonschema reads and words it as the pattern it was;
     ``regex`` is None (and ``problem`` says why) for a pattern RE2 refuses,
@@ -142,7 +142,10 @@ class SchemaPattern(str):
         return made
 
 
-@functools.lru_cache(maxsize=256)
+# One compiled regex per pattern text for the whole process: a catalog of
+# thousands of tools repeats a few patterns (^[A-Z]{3}$ ...), and RE2's
+# compile is the costliest step of compiling a tool.
+@functools.lru_cache(maxsize=4096)
 def _loose(pattern: str) -> SchemaPattern:
     return SchemaPattern(pattern)
 
@@ -188,8 +191,8 @@ def prepare_schema(schema: dict[str, Any]) -> dict[str, Any]:
     for node in subschemas(copy):
         pattern = node.get("pattern")
         if isinstance(pattern, str):
-            node["pattern"] = SchemaPattern(pattern)
+            node["pattern"] = _loose(pattern)
         by_pattern = node.get("patternProperties")
         if isinstance(by_pattern, dict):
-            node["patternProperties"] = {SchemaPattern(k): v for k, v in by_pattern.items()}
+            node["patternProperties"] = {_loose(k): v for k, v in by_pattern.items()}
     return copy

@@ -16,8 +16,9 @@ import pytest
 from mcp_gateway.approvals import leases
 from mcp_gateway.approvals.execution import UPSTREAM_TEXT_CHARS, same_request
 from mcp_gateway.approvals.worker import ApprovalWorker
+from mcp_gateway.catalog.builder import load_snapshot
 from mcp_gateway.catalog.refresher import Refresher
-from mcp_gateway.catalog.snapshot import Snapshot, SnapshotOptions, load_snapshot
+from mcp_gateway.catalog.snapshot import Snapshot, SnapshotOptions
 from mcp_gateway.upkeep.call_log import CallLogWriter
 from shared.crypto import SecretBox
 from shared.db import Connection, connect, open_pool
