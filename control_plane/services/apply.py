@@ -32,9 +32,7 @@ an apply either happens whole or not at all.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Final, Literal, Protocol, TypeVar
-
-import msgspec
+from typing import Final, Protocol, TypeVar
 
 from control_plane.auth import Workspace
 from control_plane.errors import ApiError
@@ -49,8 +47,9 @@ from control_plane.lint import (
     to_field_errors,
 )
 from control_plane.services import agents, operations
-from control_plane.services.apply_operations import Action, BatchRefused, write_operations
-from control_plane.services.webhooks import WebhookChange, sync_webhooks
+from control_plane.services.apply_operations import BatchRefused, write_operations
+from control_plane.services.apply_plan import Action, ApplyPlan, PlanItem, PlanWarning
+from control_plane.services.webhooks import sync_webhooks
 from shared.crypto import SecretBox
 from shared.db import Connection
 from shared.engine.spec import CrankFile, FileAgentSpec, OperationSpec, WebhookSpec
@@ -60,38 +59,6 @@ from shared.engine.spec_validation import (
     validate_operation,
     validate_webhook,
 )
-
-Kind = Literal["operation", "agent"]
-
-
-class PlanWarning(msgspec.Struct, kw_only=True, frozen=True):
-    code: str
-    message: str
-
-
-class PlanItem(msgspec.Struct, kw_only=True):
-    """What the apply did, or would do, to one operation or agent."""
-
-    kind: Kind
-    name: str
-    action: Action
-    publish: bool = False  # True: this apply published it (a new version)
-    version: int | None = None  # the latest published version after the apply
-    warnings: list[PlanWarning] = msgspec.field(default_factory=list)
-    # An agent's webhook subscriptions created or revoked (docs/operation-file.md,
-    # "Webhooks"); a created one's signing secret is here once, never in a dry run.
-    webhooks: list[WebhookChange] = msgspec.field(default_factory=list)
-
-
-class ApplyPlan(msgspec.Struct, kw_only=True):
-    """What ``crank apply`` changed or would change, or the errors that stopped it."""
-
-    workspace: str
-    dry_run: bool
-    changed: bool = False
-    items: list[PlanItem] = msgspec.field(default_factory=list)
-    errors: list[FieldError] = msgspec.field(default_factory=list)
-    findings: list[Finding] = msgspec.field(default_factory=list)  # the linter's, all resources
 
 
 class _Rejected(Exception):

@@ -24,12 +24,13 @@ the same specs before taking the locks, and refuses the file on any error.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
 
 from control_plane.auth import Workspace
+from control_plane.services.apply_plan import Action
 from control_plane.services.catalog import bump_catalog
 from shared.db import Connection
 from shared.engine.spec import OperationSpec, spec_to_builtins
@@ -69,9 +70,6 @@ _AUDIT: Final = """
     SELECT %s, %s, e.value ->> 'action', 'operation', e.value ->> 'name', e.value -> 'details'
       FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(value, position)
      ORDER BY e.position"""
-
-
-Action = Literal["create", "update", "unchanged"]
 
 
 class BatchRefused(Exception):
