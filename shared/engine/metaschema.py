@@ -24,6 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+# Deeper schemas go to the full check, which judges nesting (a RecursionError there
+# is "nested too deeply", as the gateway's validator would fail on it).
+MAX_DEPTH: Final = 32
 _TYPES: Final = frozenset({"array", "boolean", "integer", "null", "number", "object", "string"})
 
 # Every keyword the 2020-12 metaschema and its vocabularies name; a keyword of this
@@ -143,13 +146,14 @@ _SCHEMA_MAP: Final = frozenset({"$defs", "properties", "patternProperties", "dep
 
 def surely_valid(schema: Any) -> bool:
     """True only if ``schema`` is valid against the 2020-12 metaschema; False: ask jsonschema."""
-    stack = [schema]
+    stack = [(schema, 0)]
     while stack:
-        node = stack.pop()
+        node, depth = stack.pop()
         if isinstance(node, bool):
             continue
-        if not isinstance(node, dict):
+        if not isinstance(node, dict) or depth > MAX_DEPTH:
             return False
+        below = depth + 1
         for keyword, value in node.items():
             if keyword not in METASCHEMA_KEYWORDS:
                 continue  # the metaschema allows other keywords, with any value
@@ -158,15 +162,15 @@ def surely_valid(schema: Any) -> bool:
                 if not check(value):
                     return False
             elif keyword in _SCHEMA:
-                stack.append(value)
+                stack.append((value, below))
             elif keyword in _SCHEMA_MAP:
                 if not isinstance(value, dict):
                     return False
-                stack.extend(value.values())
+                stack.extend((child, below) for child in value.values())
             elif keyword in _SCHEMA_ARRAY:
                 if not isinstance(value, list) or not value:
                     return False
-                stack.extend(value)
+                stack.extend((child, below) for child in value)
             else:
                 return False  # a core keyword ($id, $schema, $dynamicRef...): the full check
     return True

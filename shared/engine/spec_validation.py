@@ -236,12 +236,14 @@ def _check_schema(schema: dict[str, Any], field: str, *, root_object: bool) -> l
             errors.append(
                 FieldError(where, f"only the JSON Schema 2020-12 dialect ({DIALECT_2020_12})")
             )
-    for where, ref in _keyword_values(schema, _REF_KEYWORDS, field):
+    refs = list(_keyword_values(schema, _REF_KEYWORDS, field))
+    for where, ref in refs:
         if not ref.startswith("#"):
             errors.append(
                 FieldError(where, f"{ref!r} points outside the document; only '#...' refs")
             )
-    if not errors:
+    # Without references and $id there is nothing to resolve (most tool schemas).
+    if not errors and (refs or any(_keyword_values(schema, ("$id",), field))):
         try:
             errors += _unresolved_refs(schema, field)
         except ValueError:  # an $id that is no URI: urljoin refuses it
