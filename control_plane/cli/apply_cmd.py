@@ -39,9 +39,9 @@ import yaml
 
 from control_plane.cli.client import ApiError, Client, segment
 from control_plane.cli.common import CliError
+from control_plane.cli.yaml_load import safe_load
 from control_plane.lint import Finding
 from control_plane.lint.report import render_findings, summary
-from control_plane.cli.yaml_load import safe_load
 from control_plane.services.apply_plan import ApplyPlan, PlanItem
 from shared.engine.spec import CrankFile
 from shared.engine.spec_validation import FieldError, decode_error_to_field

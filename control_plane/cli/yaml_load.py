@@ -148,4 +148,3 @@ class _Builder:
             if event.anchor in self.anchors:
                 raise _Unsupported  # a duplicate anchor: the safe loader refuses it
             self.anchors[event.anchor] = value
-

@@ -258,9 +258,7 @@ async def _write(
         linted = by_agent.get(agent_resource(agent.slug), [])
         try:
             items.append(
-                await _apply_agent(
-                    conn, box, ws, actor, agent, publish=publish, findings=linted
-                )
+                await _apply_agent(conn, box, ws, actor, agent, publish=publish, findings=linted)
             )
         except ApiError as exc:
             raise _Rejected(_refusal(f"agents[{index}]", exc)) from None

@@ -123,7 +123,9 @@ async def write_operations(
     audit: list[tuple[str, str, dict[str, Any]]] = []
     for state in states:
         if state.action != "unchanged":
-            audit.append((f"operation.{state.action}", state.spec.name, {"revision": state.revision}))
+            audit.append(
+                (f"operation.{state.action}", state.spec.name, {"revision": state.revision})
+            )
         if publish and _publishes(state):
             state.version = _latest(state) + 1
             audit.append(

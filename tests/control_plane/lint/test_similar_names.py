@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from difflib import SequenceMatcher
 
-from control_plane.lint.agent_rules import NAME_RATIO, _name_key, _Name, _similar_names
+from control_plane.lint.agent_rules import NAME_RATIO, _Name, _name_key, _similar_names
 
 _PARTS = ["get", "list", "order", "orders", "user", "users", "by", "id", "v2", "item", "a", "s"]
 
