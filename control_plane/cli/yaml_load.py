@@ -56,10 +56,10 @@ def safe_load(data: str | bytes) -> Any:
 
 class _Builder:
     def __init__(self, data: str | bytes) -> None:
-        self.loader = _SafeLoader(data)
+        self.loader: Any = _SafeLoader(data)  # PyYAML's C parser is untyped
         self.anchors: dict[str, Any] = {}
         self.plain: dict[str, str] = {}  # plain scalar -> its resolved tag
-        self.constructors: dict[str, Callable[[Any, Any], Any]] = self.loader.yaml_constructors
+        self.constructors: dict[Any, Callable[[Any, Any], Any]] = self.loader.yaml_constructors
 
     def document(self) -> Any:
         get = self.loader.get_event

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import random
 from typing import Any
+from urllib.parse import urljoin
 
 import pytest
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
+from jsonschema_specifications import REGISTRY  # type: ignore[import-untyped]
 
 from shared.engine.metaschema import MAX_DEPTH, METASCHEMA_KEYWORDS, surely_valid
 from shared.engine.schema_keywords import SCHEMA_CHECK_FORMAT_CHECKER
@@ -121,10 +123,9 @@ def test_core_keywords_and_deep_nesting_go_to_the_full_check() -> None:
 
 
 def test_the_keyword_list_is_the_metaschemas() -> None:
-    named: set[str] = set(Draft202012Validator.META_SCHEMA["properties"])
-    for vocabulary in Draft202012Validator.META_SCHEMA["allOf"]:
-        resolved = Draft202012Validator(Draft202012Validator.META_SCHEMA)._resolver.lookup(
-            vocabulary["$ref"]
-        )
-        named |= set(resolved.contents["properties"])
+    meta = Draft202012Validator.META_SCHEMA
+    named: set[str] = set(meta["properties"])
+    for vocabulary in meta["allOf"]:
+        contents = REGISTRY.contents(urljoin(meta["$id"], vocabulary["$ref"]))
+        named |= set(contents["properties"])
     assert named == METASCHEMA_KEYWORDS
