@@ -40,8 +40,6 @@ import argparse
 import os
 import random
 import secrets
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -57,6 +55,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.gateway_tools_call import free_port, stop  # noqa: E402
 from control_plane.services.tokens import create_admin_token  # noqa: E402
 from shared.crypto import KeyHasher  # noqa: E402
 from shared.db import connect  # noqa: E402
@@ -197,12 +196,6 @@ def measure(label: str, argv: list[str], env: dict[str, str], log: Path) -> Meas
     )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def start_control_plane(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "granian", "--interface", "asgi", "--factory", "--no-ws"]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
@@ -212,19 +205,6 @@ def start_control_plane(env: dict[str, str], port: int, log: Path) -> subprocess
         return subprocess.Popen(
             argv, env=env, cwd=ROOT, stdout=out, stderr=out, start_new_session=True
         )
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is not None:
-        return
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
-    except ProcessLookupError:
-        pass
 
 
 def http(method: str, url: str, token: str | None = None, body: bytes | None = None) -> int:
