@@ -39,6 +39,7 @@ from shared.engine.spec import (
     SecretRef,
     WebhookSpec,
 )
+from shared.engine.spec_memo import memoized_by_spec
 
 if TYPE_CHECKING:
     from referencing._core import Resolver  # not re-exported at the top level
@@ -472,6 +473,7 @@ def _check_auth(request: RequestSpec) -> list[FieldError]:
     return errors
 
 
+@memoized_by_spec  # a pure function of the spec
 def validate_operation(spec: OperationSpec) -> list[FieldError]:
     """Every problem with a decoded operation spec; empty when it may be saved."""
     errors: list[FieldError] = []
