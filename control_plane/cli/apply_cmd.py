@@ -39,13 +39,18 @@ import yaml
 
 from control_plane.cli.client import ApiError, Client, segment
 from control_plane.cli.common import CliError
+from control_plane.cli.yaml_load import safe_load
 from control_plane.lint import Finding
 from control_plane.lint.report import render_findings, summary
-from control_plane.services.apply import ApplyPlan, PlanItem
+from control_plane.services.apply_plan import ApplyPlan, PlanItem
 from shared.engine.spec import CrankFile
 from shared.engine.spec_validation import FieldError, decode_error_to_field
 
 DEFAULT_WORKSPACE = "default"  # where a file that names none goes without --workspace
+
+# A whole file is checked, linted and written in one request; a large one on a slow
+# machine takes longer than the client's default wait (docs/cli.md, "crank apply").
+APPLY_TIMEOUT_S = 600.0
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -74,7 +79,7 @@ def parse_document(text: str, name: str) -> Any:
         except json.JSONDecodeError as exc:
             raise CliError(f"{name}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
     try:
-        return yaml.safe_load(text)
+        return safe_load(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
@@ -84,28 +89,42 @@ def parse_document(text: str, name: str) -> Any:
         raise CliError(f"{name}: not valid YAML: {exc}") from None
 
 
-def label(field: str, document: Any) -> str:
+def names_of(document: Any) -> dict[str, list[Any]]:
+    """The names of the document's operations and slugs of its agents, by position:
+    all that error labels need, so the document itself can be let go."""
+    names: dict[str, list[Any]] = {}
+    for section, key in (("operations", "name"), ("agents", "slug")):
+        entries = document.get(section) if isinstance(document, dict) else None
+        if isinstance(entries, list):
+            names[section] = [e.get(key) if isinstance(e, dict) else None for e in entries]
+    return names
+
+
+def file_names(file: CrankFile) -> dict[str, list[Any]]:
+    return {
+        "operations": [op.name for op in file.operations],
+        "agents": [agent.slug for agent in file.agents],
+    }
+
+
+def label(field: str, names: dict[str, list[Any]]) -> str:
     """``operations[1].request`` -> ``operations[1] (delete_order).request``."""
     match = _RESOURCE.match(field)
-    if not match or not isinstance(document, dict):
+    if not match:
         return field or "(file)"
-    section, index = match.group(1), int(match.group(2))
-    entries = document.get(section)
-    if not isinstance(entries, list) or index >= len(entries):
-        return field
-    entry = entries[index]
-    key = "name" if section == "operations" else "slug"
-    name = entry.get(key) if isinstance(entry, dict) else None
+    entries = names.get(match.group(1), [])
+    index = int(match.group(2))
+    name = entries[index] if index < len(entries) else None
     if not isinstance(name, str):
         return field
     return f"{match.group(0)} ({name}){field[match.end() :]}"
 
 
-def print_errors(name: str, errors: list[FieldError], document: Any) -> None:
+def print_errors(name: str, errors: list[FieldError], names: dict[str, list[Any]]) -> None:
     plural = "s" if len(errors) != 1 else ""
     print(f"{name}: {len(errors)} error{plural}; nothing was applied", file=sys.stderr)
     for error in errors:
-        print(f"  {label(error.field, document)}: {error.message}", file=sys.stderr)
+        print(f"  {label(error.field, names)}: {error.message}", file=sys.stderr)
 
 
 def print_lint_errors(name: str, findings: list[Finding]) -> None:
@@ -184,13 +203,27 @@ def _webhook_lines(plan: ApplyPlan) -> list[str]:
     return lines
 
 
-def run(args: argparse.Namespace) -> int:
-    text, name = read_source(args.file)
+def load_file(path: str) -> tuple[CrankFile, str]:
+    """(the file, its display name); the text and the parsed document are let go as
+    soon as the next form exists (a large file's copies would add up: docs/performance.md)."""
+    text, name = read_source(path)
     document = parse_document(text, name)
+    del text
     try:
-        file = decode_file(document)
+        return decode_file(document), name
     except msgspec.ValidationError as exc:
-        print_errors(name, [decode_error_to_field(exc)], document)
+        print_errors(name, [decode_error_to_field(exc)], names_of(document))
+        raise _Invalid from None
+
+
+class _Invalid(Exception):
+    """The file has errors, already printed."""
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        file, name = load_file(args.file)
+    except _Invalid:
         return EXIT_INVALID
     if args.workspace and file.workspace not in (None, args.workspace):
         raise CliError(
@@ -199,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
     workspace = args.workspace or file.workspace or DEFAULT_WORKSPACE
     file = msgspec.structs.replace(file, workspace=workspace)
 
-    client = Client.from_env()
+    client = Client.from_env(timeout=APPLY_TIMEOUT_S)
     query = {"publish": str(args.publish).lower(), "dry_run": str(args.dry_run).lower()}
     try:
         body = client.post(f"/workspaces/{segment(workspace)}/apply", file, query)
@@ -209,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_INVALID
         if exc.code != "validation_failed" or not exc.errors:
             raise
-        print_errors(name, exc.errors, document)
+        print_errors(name, exc.errors, file_names(file))
         return EXIT_INVALID
     try:
         plan = msgspec.convert(body, ApplyPlan)

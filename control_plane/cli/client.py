@@ -189,14 +189,14 @@ class Client:
         self._opener = urllib.request.build_opener(*handlers)
 
     @classmethod
-    def from_env(cls) -> Client:
+    def from_env(cls, *, timeout: float = DEFAULT_TIMEOUT_S) -> Client:
         url, token = resolve_target()
         if token is None:
             raise CliError(
                 f"no admin token for {url}: set CRANK_TOKEN (crank tokens create --role admin), "
                 "or run crank up, which saves a dev token the CLI finds by itself"
             )
-        return cls(url, token)
+        return cls(url, token, timeout=timeout)
 
     def url(self, path: str, query: dict[str, str] | None = None) -> str:
         suffix = f"?{urllib.parse.urlencode(query)}" if query else ""

@@ -17,7 +17,8 @@ from control_plane.auth import Principal, Role, Workspace
 from control_plane.cli.common import CliError, cli_settings, require_database_url
 from control_plane.demo import DEMO_WORKSPACE, demo_sales_port, load_demo_file
 from control_plane.errors import Conflict
-from control_plane.services.apply import ApplyPlan, apply_file
+from control_plane.services.apply import apply_file
+from control_plane.services.apply_plan import ApplyPlan
 from control_plane.services.egress import grant_once
 from control_plane.services.workspaces import create_workspace
 from shared.db import Connection, connect

@@ -15,6 +15,7 @@ from control_plane.lint.files import check_and_lint_file, file_paths, lint_file
 from control_plane.lint.findings import (
     RULES,
     Finding,
+    agent_resource,
     has_errors,
     to_field_errors,
 )
@@ -23,6 +24,7 @@ from control_plane.lint.operation_rules import lint_operation
 __all__ = [
     "RULES",
     "Finding",
+    "agent_resource",
     "check_and_lint_file",
     "file_paths",
     "has_errors",

@@ -27,6 +27,7 @@ from control_plane.lint.text import (
 )
 from shared.engine.credentials import static_credentials
 from shared.engine.spec import OperationSpec
+from shared.engine.spec_memo import memoized_by_spec
 from shared.engine.spec_validation import schema_pattern_errors
 
 # --- names ---------------------------------------------------------------------------
@@ -353,6 +354,7 @@ def _check_credentials(spec: OperationSpec, resource: str) -> Iterator[Finding]:
         yield finding("static-credential", resource, found.field, found.message)
 
 
+@memoized_by_spec  # a pure function of the spec
 def lint_operation(spec: OperationSpec) -> list[Finding]:
     """Every finding about one operation, in rule-table order per part of the spec."""
     resource = operation_resource(spec.name)

@@ -21,7 +21,8 @@ from control_plane.deps import Caller, CrankState, CurrentWorkspace, DbConn
 from control_plane.errors import BadRequest, LintFailed, ValidationFailed
 from control_plane.lint import has_errors
 from control_plane.request_body import BodyLimit
-from control_plane.services.apply import ApplyPlan, apply_file
+from control_plane.services.apply import apply_file
+from control_plane.services.apply_plan import ApplyPlan
 from shared.engine.spec import CrankFile
 from shared.engine.spec_validation import FieldError
 

@@ -259,16 +259,26 @@ async def lint_agent_draft(conn: Connection, ws: Workspace, draft: dict[str, Any
 
 
 async def publish_agent(
-    conn: Connection, ws: Workspace, actor: str, slug: str, expected: Precondition | None
+    conn: Connection,
+    ws: Workspace,
+    actor: str,
+    slug: str,
+    expected: Precondition | None,
+    *,
+    findings: list[Finding] | None = None,
 ) -> AgentPublishResult:
     """Copy the draft into the published state. Publishing a draft that equals
     the published state makes no new version (``changed=False``) and no catalog
     bump; the warnings and lint findings are reported either way, and lint
-    errors refuse only a publish that would change something."""
+    errors refuse only a publish that would change something.
+
+    ``findings``: the caller already linted this very draft against the specs
+    its tools serve (apply lints the whole file first), so it is not linted again."""
     current = await _lock_agent(conn, ws, slug, expected)
     state = published_state(current.draft)
     warnings = await _catalog_warnings(conn, ws, state["operations"])
-    findings = await lint_agent_draft(conn, ws, current.draft)
+    if findings is None:
+        findings = await lint_agent_draft(conn, ws, current.draft)
     if state == current.published:
         return AgentPublishResult(
             agent=current,

@@ -10,9 +10,10 @@
    concurrent applies (rows that do not exist yet cannot be locked), and the
    existing rows the file names are locked ``FOR UPDATE`` in id order, so an
    editor in the UI waits for the apply instead of interleaving with it.
-3. **Write**, operations first, then agents, each through its service, which
-   decides what changed by structural equality of the ``spec_to_builtins``
-   forms and writes nothing when nothing changed. An agent that lists
+3. **Write**, operations first, as one batch (``services.apply_operations``:
+   a fixed number of statements for any number of operations), then agents,
+   each through its service. Both decide what changed by structural equality
+   of the ``spec_to_builtins`` forms and write nothing when nothing changed. An agent that lists
    ``webhooks`` gets exactly those subscriptions (``services.webhooks.sync_webhooks``:
    same URL, events and format are kept; the plan carries a created one's
    signing secret once, and none in a dry run). The plan reports what the
@@ -31,15 +32,14 @@ an apply either happens whole or not at all.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Final, Literal, Protocol, TypeVar
-
-import msgspec
+from typing import Final, Protocol, TypeVar
 
 from control_plane.auth import Workspace
 from control_plane.errors import ApiError
 from control_plane.etag import Precondition
 from control_plane.lint import (
     Finding,
+    agent_resource,
     check_and_lint_file,
     file_paths,
     has_errors,
@@ -47,7 +47,9 @@ from control_plane.lint import (
     to_field_errors,
 )
 from control_plane.services import agents, operations
-from control_plane.services.webhooks import WebhookChange, sync_webhooks
+from control_plane.services.apply_operations import BatchRefused, write_operations
+from control_plane.services.apply_plan import Action, ApplyPlan, PlanItem, PlanWarning
+from control_plane.services.webhooks import sync_webhooks
 from shared.crypto import SecretBox
 from shared.db import Connection
 from shared.engine.spec import CrankFile, FileAgentSpec, OperationSpec, WebhookSpec
@@ -57,39 +59,6 @@ from shared.engine.spec_validation import (
     validate_operation,
     validate_webhook,
 )
-
-Kind = Literal["operation", "agent"]
-Action = Literal["create", "update", "unchanged"]
-
-
-class PlanWarning(msgspec.Struct, kw_only=True, frozen=True):
-    code: str
-    message: str
-
-
-class PlanItem(msgspec.Struct, kw_only=True):
-    """What the apply did, or would do, to one operation or agent."""
-
-    kind: Kind
-    name: str
-    action: Action
-    publish: bool = False  # True: this apply published it (a new version)
-    version: int | None = None  # the latest published version after the apply
-    warnings: list[PlanWarning] = msgspec.field(default_factory=list)
-    # An agent's webhook subscriptions created or revoked (docs/operation-file.md,
-    # "Webhooks"); a created one's signing secret is here once, never in a dry run.
-    webhooks: list[WebhookChange] = msgspec.field(default_factory=list)
-
-
-class ApplyPlan(msgspec.Struct, kw_only=True):
-    """What ``crank apply`` changed or would change, or the errors that stopped it."""
-
-    workspace: str
-    dry_run: bool
-    changed: bool = False
-    items: list[PlanItem] = msgspec.field(default_factory=list)
-    errors: list[FieldError] = msgspec.field(default_factory=list)
-    findings: list[Finding] = msgspec.field(default_factory=list)  # the linter's, all resources
 
 
 class _Rejected(Exception):
@@ -223,25 +192,6 @@ async def _write_draft(
     return updated, "update" if updated.revision != row.revision else "unchanged"
 
 
-async def _apply_operation(
-    conn: Connection, ws: Workspace, actor: str, spec: OperationSpec, *, publish: bool
-) -> PlanItem:
-    row, action = await _write_draft(
-        await operations.get_operation(conn, ws.id, spec.name),
-        lambda: operations.create_operation(conn, ws, actor, spec),
-        lambda expected: operations.update_operation_draft(
-            conn, ws, actor, spec.name, spec, expected
-        ),
-    )
-    item = PlanItem(kind="operation", name=spec.name, action=action, version=row.latest_version)
-    if publish:
-        result = await operations.publish_operation(
-            conn, ws, actor, spec.name, Precondition(row.id, row.revision)
-        )
-        item.publish, item.version = result.changed, result.version
-    return item
-
-
 async def _apply_agent(
     conn: Connection,
     box: SecretBox | None,
@@ -250,6 +200,7 @@ async def _apply_agent(
     file_spec: FileAgentSpec,
     *,
     publish: bool,
+    findings: list[Finding],
 ) -> PlanItem:
     spec = file_spec.agent()  # the draft; webhooks are resources of their own
     row, action = await _write_draft(
@@ -267,7 +218,7 @@ async def _apply_agent(
         # resolves bound operations to their latest versions by itself, so an
         # operation published above reaches the agent without a new agent version.
         result = await agents.publish_agent(
-            conn, ws, actor, spec.slug, Precondition(row.id, row.revision)
+            conn, ws, actor, spec.slug, Precondition(row.id, row.revision), findings=findings
         )
         row = result.agent
         item.publish = result.changed
@@ -284,16 +235,31 @@ async def _write(
     file: CrankFile,
     *,
     publish: bool,
+    findings: list[Finding],
 ) -> list[PlanItem]:
-    items: list[PlanItem] = []
-    for index, operation in enumerate(file.operations):
-        try:
-            items.append(await _apply_operation(conn, ws, actor, operation, publish=publish))
-        except ApiError as exc:
-            raise _Rejected(_refusal(f"operations[{index}]", exc)) from None
+    try:
+        written = await write_operations(conn, ws, actor, file.operations, publish=publish)
+    except BatchRefused as exc:
+        raise _Rejected(exc.errors) from None
+    items = [
+        PlanItem(
+            kind="operation",
+            name=op.name,
+            action=op.action,
+            publish=op.published,
+            version=op.version,
+        )
+        for op in written
+    ]
+    by_agent: dict[str, list[Finding]] = {}
+    for found in findings:
+        by_agent.setdefault(found.resource, []).append(found)
     for index, agent in enumerate(file.agents):
+        linted = by_agent.get(agent_resource(agent.slug), [])
         try:
-            items.append(await _apply_agent(conn, box, ws, actor, agent, publish=publish))
+            items.append(
+                await _apply_agent(conn, box, ws, actor, agent, publish=publish, findings=linted)
+            )
         except ApiError as exc:
             raise _Rejected(_refusal(f"agents[{index}]", exc)) from None
     return items
@@ -344,7 +310,9 @@ async def apply_file(
         return plan
     try:
         async with conn.transaction(force_rollback=dry_run):
-            plan.items = await _write(conn, box, ws, actor, file, publish=publish)
+            plan.items = await _write(
+                conn, box, ws, actor, file, publish=publish, findings=plan.findings
+            )
     except _Rejected as exc:
         plan.errors = exc.errors
         return plan

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import secrets
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 from yarl import URL
@@ -26,6 +26,7 @@ from yarl import URL
 from control_plane.auth import Workspace
 from control_plane.errors import NotFound, ValidationFailed
 from control_plane.services.agents import require_agent
+from control_plane.services.apply_plan import WebhookChange
 from control_plane.services.audit import record_change
 from control_plane.services.audit_query import DEFAULT_LIMIT, next_page, page_start
 from shared.crypto import SecretBox
@@ -243,17 +244,6 @@ async def list_deliveries(
     return DeliveryPage(
         items=[DeliveryView(**row) for row in rows[:limit]], next_cursor=next_page(rows, limit)
     )
-
-
-class WebhookChange(msgspec.Struct, kw_only=True):
-    """What ``crank apply`` did, or would do, to one subscription of an agent."""
-
-    action: Literal["create", "delete"]
-    id: str
-    url: str
-    events: list[str]
-    format: str
-    secret: str | None = None  # a subscription created by a real apply: shown this once
 
 
 async def sync_webhooks(

@@ -112,8 +112,12 @@ def compile_pattern(pattern: str, *, argument: bool = False) -> Any:
         raise PatternError(str(reason)) from None
 
 
+@functools.lru_cache(maxsize=4096)
 def pattern_problem(pattern: str) -> str | None:
-    """RE2's reason for refusing ``pattern`` as a schema regex, or None when it compiles."""
+    """RE2's reason for refusing ``pattern`` as a schema regex, or None when it compiles.
+
+    Remembered: a file of thousands of operations repeats a few patterns, and each
+    is judged by validation and by the linter (docs/architecture.md, "Apply in batches")."""
     try:
         compile_pattern(pattern)
     except PatternError as exc:

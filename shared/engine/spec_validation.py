@@ -25,6 +25,7 @@ from referencing.jsonschema import DRAFT202012
 
 from shared.engine.answer_limits import MAX_RAW_BYTES
 from shared.engine.credentials import static_credentials
+from shared.engine.metaschema import surely_valid
 from shared.engine.request_builder import forms_dot_segment
 from shared.engine.schema_keywords import SCHEMA_CHECK_FORMAT_CHECKER, UNEVALUATED_WITH_PATTERNS
 from shared.engine.schema_patterns import pattern_problem
@@ -38,6 +39,7 @@ from shared.engine.spec import (
     SecretRef,
     WebhookSpec,
 )
+from shared.engine.spec_memo import memoized_by_spec
 
 if TYPE_CHECKING:
     from referencing._core import Resolver  # not re-exported at the top level
@@ -220,7 +222,8 @@ def _check_schema(schema: dict[str, Any], field: str, *, root_object: bool) -> l
     and whose regexes RE2 compiles (they are judged by ``schema_pattern_errors``)."""
     errors: list[FieldError] = []
     try:
-        Draft202012Validator.check_schema(schema, format_checker=SCHEMA_CHECK_FORMAT_CHECKER)
+        if not surely_valid(schema):  # the quick walk says yes to most schemas
+            Draft202012Validator.check_schema(schema, format_checker=SCHEMA_CHECK_FORMAT_CHECKER)
     except SchemaError as exc:
         location = "".join(f".{p}" if isinstance(p, str) else f"[{p}]" for p in exc.path)
         errors.append(FieldError(f"{field}{location}", f"not a valid JSON Schema: {exc.message}"))
@@ -234,12 +237,14 @@ def _check_schema(schema: dict[str, Any], field: str, *, root_object: bool) -> l
             errors.append(
                 FieldError(where, f"only the JSON Schema 2020-12 dialect ({DIALECT_2020_12})")
             )
-    for where, ref in _keyword_values(schema, _REF_KEYWORDS, field):
+    refs = list(_keyword_values(schema, _REF_KEYWORDS, field))
+    for where, ref in refs:
         if not ref.startswith("#"):
             errors.append(
                 FieldError(where, f"{ref!r} points outside the document; only '#...' refs")
             )
-    if not errors:
+    # Without references and $id there is nothing to resolve (most tool schemas).
+    if not errors and (refs or any(_keyword_values(schema, ("$id",), field))):
         try:
             errors += _unresolved_refs(schema, field)
         except ValueError:  # an $id that is no URI: urljoin refuses it
@@ -468,6 +473,7 @@ def _check_auth(request: RequestSpec) -> list[FieldError]:
     return errors
 
 
+@memoized_by_spec  # a pure function of the spec
 def validate_operation(spec: OperationSpec) -> list[FieldError]:
     """Every problem with a decoded operation spec; empty when it may be saved."""
     errors: list[FieldError] = []

@@ -215,6 +215,29 @@ def test_crank_reports_the_413_of_an_upload_the_server_stopped_reading(
     assert "pipe" not in result.stderr.lower()
 
 
+@pytest.mark.parametrize("mode", ["--publish", "--dry-run"])
+def test_crank_apply_of_a_file_over_the_limit_names_the_limit_and_the_setting(
+    server: Server, workspace: str, tmp_path: Path, mode: str
+) -> None:
+    document = tmp_path / "huge.yaml"
+    description = "x" * 34_000_000
+    document.write_text(
+        "operations:\n- name: big\n"
+        f"  description: {description}\n"
+        "  input: {type: object}\n"
+        "  request: {method: GET, url: 'https://api.example.com/big'}\n"
+    )
+    env = clean_env(
+        CRANK_URL=server.url, CRANK_TOKEN=server.admin_token, CRANK_DATA_DIR=str(tmp_path)
+    )
+    result = crank("apply", "-f", str(document), "--workspace", workspace, mode, env=env)
+    assert result.returncode == 2, result
+    assert "body_too_large (413)" in result.stderr, result.stderr
+    assert "33554432 bytes (32 MiB)" in result.stderr
+    assert "CRANK_MAX_DOCUMENT_BYTES" in result.stderr
+    assert "pipe" not in result.stderr.lower()
+
+
 @pytest.fixture
 def hang_up_url() -> Iterator[str]:
     """A server that reads a request's head, then closes without an answer."""

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from control_plane.cli.apply_cmd import render_plan
-from control_plane.services.apply import ApplyPlan
+from control_plane.services.apply_plan import ApplyPlan
 from shared.db import connect
 from tests.support.api import Client, auth
 from tests.support.crank_files import APPLY, crank_file
