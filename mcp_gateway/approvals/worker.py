@@ -65,7 +65,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from mcp_gateway.approvals import leases
 from mcp_gateway.approvals.execution import Deferred, Outcome, Performer, exhausted_payload
-from mcp_gateway.approvals.leases import Claimed
+from mcp_gateway.approvals.finishing import Finisher
+from mcp_gateway.approvals.leases import Claimed, Finish
 from mcp_gateway.catalog.snapshot import Snapshot
 from mcp_gateway.upkeep.call_log import CallLogWriter
 from shared.crypto import SecretBox
@@ -120,6 +121,7 @@ class ApprovalWorker:
         self._margin_s = margin_s
         self._renew_every_s = renew_every_s
         self._exhausted = exhausted_payload(language)
+        self._finisher = Finisher(pool, owner)
         # Claim rounds repeat in the shared loop (shared.periodic): it logs a
         # database outage once and retries less often while it lasts; a wake-up
         # (a notification, the listener reconnecting, a freed slot) still runs a
@@ -163,6 +165,7 @@ class ApprovalWorker:
                 task.cancel()
             if stuck:
                 await asyncio.wait(stuck)
+        await self._finisher.stop()
 
     # -- claiming ----------------------------------------------------------
 
@@ -304,10 +307,9 @@ class ApprovalWorker:
 
     async def _write(self, row: Claimed, outcome: Outcome) -> bool:
         payload = without_nul(outcome.payload)  # else a refused write, a second call
-        async with self._pool.connection() as conn:
-            return await leases.finish(
-                conn, row, self.owner, outcome.status, payload, truncated=outcome.truncated
-            )
+        return await self._finisher.finish(
+            Finish(row, outcome.status, payload, truncated=outcome.truncated)
+        )
 
     async def _release(self, row: Claimed) -> None:
         async def release() -> str | None:
