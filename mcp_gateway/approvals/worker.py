@@ -32,8 +32,11 @@ selected result or the error payload is recorded. An upstream error fails
 the row at once: the executor already retried where repeating is safe.
 
 Finishing is fenced on ``(id, attempt, status, lease_owner)``: a stale worker
-writes nothing. A database error while finishing is retried while the lease
-is still ours; after that the row is left to be re-claimed. So the payload is
+writes nothing. Outcomes are written in batches (mcp_gateway.approvals.finishing:
+what arrives while one statement is under way goes in the next, each row
+fenced on its own), so a fast upstream costs one commit per batch, not per
+call. A database error while finishing is retried while the lease is still
+ours; after that the row is left to be re-claimed. So the payload is
 made storable first: a NUL (U+0000) in the upstream's answer, which jsonb
 refuses, becomes U+FFFD, or every attempt would call the upstream again.
 
@@ -77,7 +80,7 @@ from shared.periodic import EXPECTED, PeriodicTask
 
 log = structlog.get_logger(__name__)
 
-CONCURRENCY = 8  # rows one process runs at once (CRANK_APPROVAL_WORKERS)
+CONCURRENCY = 32  # rows one process runs at once (CRANK_APPROVAL_WORKERS)
 POLL_S = 1.0
 LEASE_MARGIN_S = 10.0
 SHUTDOWN_GRACE_S = 10.0
@@ -130,6 +133,11 @@ class ApprovalWorker:
         self._more = False  # the last round filled every slot: there may be more rows
         self._tasks: set[asyncio.Task[None]] = set()
         self._running: dict[str, _Running] = {}
+
+    @property
+    def finish_statements(self) -> int:
+        """Statements that wrote outcomes so far (one per batch; tests read it)."""
+        return self._finisher.flushes
 
     @property
     def in_hand(self) -> int:
