@@ -265,6 +265,23 @@ async def wait_finished(url: str, timeout_s: float) -> None:
     raise RuntimeError(f"not every approval finished within {timeout_s:g} s")
 
 
+def group_cpu_s(pgid: int) -> float:
+    """User + system CPU seconds of every live process in the group (a gateway and its worker)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    ticks = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / tick
+
+
 async def upstream_counts(port: int) -> dict[str, int]:
     async with (
         aiohttp.ClientSession() as http,
@@ -281,17 +298,22 @@ async def run_mode(
     before = await upstream_counts(ctx["upstream_port"])
     await asyncio.sleep(SETTLE_S)  # every backend has flushed its counters
     db_before, window_started = db_transactions(server, name), time.monotonic()
+    cpu_before = [group_cpu_s(pgid) for pgid in ctx["gateway_pgids"]]
     if mode == "endpoint":
         await approve_by_endpoint(ctx["gateways"], ctx["approval_key"], ids, args.approvers)
     else:
         await approve_in_bulk(url, ids)
     await wait_finished(url, timeout_s=max(60.0, args.approvals / 20))
+    cpu_s = [
+        group_cpu_s(pgid) - b for pgid, b in zip(ctx["gateway_pgids"], cpu_before, strict=True)
+    ]
     await asyncio.sleep(SETTLE_S)
     window_s = time.monotonic() - window_started
     db_window = db_transactions(server, name) - db_before - ctx["idle_per_s"] * window_s
     async with await connect(url, autocommit=True) as conn:
         cur = await conn.execute(
             """SELECT extract(epoch FROM max(completed_at) - min(decided_at))::float8 AS span,
+                      extract(epoch FROM max(decided_at) - min(decided_at))::float8 AS deciding,
                       count(*) FILTER (WHERE status = 'completed') AS completed,
                       max(attempt) AS max_attempt, sum(attempt) AS attempts
                  FROM approvals WHERE id = ANY(%s)""",
@@ -321,6 +343,8 @@ async def run_mode(
         "mode": mode,
         "rate": len(ids) / summary["span"],
         "span": summary["span"],
+        "deciding": summary["deciding"],
+        "cpu_s": cpu_s,
         "owners": [(row["lease_owner"], row["n"]) for row in owners],
         "max_attempt": summary["max_attempt"],
         "attempts": summary["attempts"],
@@ -352,6 +376,11 @@ def report(result: dict[str, Any], n: int, direct: float) -> None:
     )
     share = ", ".join(f"{owner.rsplit('-', 2)[1]}: {count}" for owner, count in result["owners"])
     print(f"  per process (pid: rows) {share}")
+    if result["deciding"] > 0:
+        print(f"  decisions/s {n / result['deciding']:8.0f} (first to last decided_at)")
+    cpu = " and ".join(f"{100 * s / result['span']:.0f}%" for s in result["cpu_s"])
+    per_call = 1000 * sum(result["cpu_s"]) / n
+    print(f"  gateway CPU {per_call:.2f} ms per approved call; each gateway busy {cpu} of the span")
     print(
         f"  attempts {result['attempts']} (max {result['max_attempt']}); upstream requests "
         f"{result['upstream']} over {result['keys']} keys; "
@@ -445,6 +474,7 @@ async def main(args: argparse.Namespace) -> int:
             "gateways": [f"http://127.0.0.1:{ports[g]}" for g in ("first", "second")],
             "approval_key": approval_key,
             "idle_per_s": idle_per_s,
+            "gateway_pgids": [p.pid for p in processes[2:]],
         }
         failed = False
         for mode in modes:

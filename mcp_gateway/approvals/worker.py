@@ -10,9 +10,11 @@ moves along the edges of docs/architecture.md, "Approval state machine" (stateme
                           └─ SIGTERM: released ──▶ approved
 
 Waking. A claim round runs when the Postgres channel ``crank_approvals``
-(``leases.CHANNEL``) is notified — whoever approves a row sends
-``NOTIFY crank_approvals`` (any payload) once it commits, and a release sends
-it too — and every ``poll_s`` (1 s) as the fallback that works alone (e.g.
+(``leases.CHANNEL``) is notified — the approve endpoint, once a decision has
+committed, wakes this worker and sends ``NOTIFY crank_approvals`` (any
+payload), one for all the decisions made meanwhile (``approved``,
+mcp_gateway.approvals.wakeups), and a release sends it too — and every
+``poll_s`` (1 s) as the fallback that works alone (e.g.
 ``CRANK_MCP_LISTEN=false`` behind PgBouncer). The gateway LISTENs on the
 refresher's connection (mcp_gateway.catalog.refresher), which calls ``wake`` for
 this channel and also after it reconnects. A round claims at most as many
@@ -70,6 +72,7 @@ from mcp_gateway.approvals import leases
 from mcp_gateway.approvals.execution import Deferred, Outcome, Performer, exhausted_payload
 from mcp_gateway.approvals.finishing import Finisher
 from mcp_gateway.approvals.leases import Claimed, Finish
+from mcp_gateway.approvals.wakeups import Wakeups
 from mcp_gateway.catalog.snapshot import Snapshot
 from mcp_gateway.upkeep.call_log import CallLogWriter
 from shared.crypto import SecretBox
@@ -125,6 +128,7 @@ class ApprovalWorker:
         self._renew_every_s = renew_every_s
         self._exhausted = exhausted_payload(language)
         self._finisher = Finisher(pool, owner)
+        self.wakeups = Wakeups(pool, self.wake)
         # Claim rounds repeat in the shared loop (shared.periodic): it logs a
         # database outage once and retries less often while it lasts; a wake-up
         # (a notification, the listener reconnecting, a freed slot) still runs a
@@ -153,6 +157,10 @@ class ApprovalWorker:
         """A claim round now (a notification, or a reconnected listener)."""
         self._claims.wake()
 
+    def approved(self) -> None:
+        """Rows were approved (committed): a round here now, a NOTIFY for the others."""
+        self.wakeups.approved()
+
     def stop_claiming(self) -> None:
         """No new claims; running calls go on (the first step of a graceful stop)."""
         self._claims.request_stop()
@@ -160,6 +168,7 @@ class ApprovalWorker:
     async def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         """Stop claiming, give running calls ``grace_s`` to finish, release the rest."""
         await self._claims.stop(wait_s=_DB_TIMEOUT_S)  # a round under way may finish
+        await self.wakeups.stop()
         if not self._tasks:
             return
         _, pending = await asyncio.wait(set(self._tasks), timeout=grace_s)

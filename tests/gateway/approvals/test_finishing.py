@@ -87,7 +87,7 @@ async def test_a_batch_writes_only_the_rows_its_claims_still_hold(
             finisher.finish(done(lost, {"id": "stale"})),
             finisher.finish(Finish(kept, "failed", {"error_code": "upstream_error"})),
         )
-    assert written == [False, True]
+    assert list(written) == [False, True]
     assert finisher.flushes == 1
     row = await fetch(database_url, lost.id)
     assert (row["status"], row["attempt"], row["lease_owner"]) == ("executing", 2, "worker-b")
