@@ -55,7 +55,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     approval_max_attempts: int = 3  # claims of one approved row before it fails
     # A finished approval's outcome goes to a repeat of its call for this long.
     approval_outcome_retention_s: int = 86400
-    approval_workers: int = 8  # approved calls one gateway process runs at once
+    approval_workers: int = 32  # approved calls one gateway process runs at once
     approval_shutdown_grace_s: int = 10  # on SIGTERM, running approved calls may finish this long
     # A tools/call with a progress token is held open this long for its approval's
     # decision (docs/architecture.md, "Waiting for a decision"); 0 never waits.

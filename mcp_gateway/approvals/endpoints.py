@@ -196,6 +196,8 @@ async def _decide(
                 name="not_pending",
                 data={"status": record.status},
             )
+    if status == "approved" and state.approvals is not None:
+        state.approvals.approved()  # committed: wake the workers (approvals.wakeups)
     log.info("approval_decided", approval_id=approval_id, status=status, decided_by=decided_by)
     return _encoder.encode(record)
 

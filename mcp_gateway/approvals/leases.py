@@ -1,7 +1,7 @@
 """The approval worker's statements: claim, renew, finish, release.
 
 A claim is one statement (docs/architecture.md, "SQL patterns"): a ``MATERIALIZED`` CTE picks claimable
-rows ``FOR UPDATE OF a SKIP LOCKED``, so concurrent claimers on any replica
+rows ``FOR UPDATE SKIP LOCKED``, so concurrent claimers on any replica
 never wait on each other and never take the same row, and the ``UPDATE``
 moves them in the same breath. Claimable: ``approved``, or ``executing`` with
 an expired lease. A row whose attempts are spent (``attempt >= max_attempts``)
@@ -55,36 +55,39 @@ class Claimed:
 
 
 # ORDER BY the claimable index's key: approved rows (no lease) first, then the
-# longest-expired leases.
+# longest-expired leases. The CTE reads approvals alone: joined before the
+# LIMIT, every claimable row's spec went through the sort (LockRows keeps it
+# from being a top-N sort), which spilled to disk once a backlog of thousands
+# of rows outran the table's statistics; the lease is computed for the claimed
+# rows only (docs/architecture.md, "Leases and fencing").
 _CLAIM_SQL = """
 WITH candidate AS MATERIALIZED (
-    SELECT a.id,
-           a.status = 'executing' AND a.attempt >= a.max_attempts AS exhausted,
-           (coalesce((v.spec #>> '{execution_config,timeout_ms}')::float8, 10000) / 1000
-            * (coalesce((v.spec #>> '{execution_config,retries}')::int, 2) + 1)
-            + %(margin_s)s)::float8 AS lease_s
+    SELECT a.id, a.status = 'executing' AND a.attempt >= a.max_attempts AS exhausted
       FROM approvals a
-      JOIN operation_versions v ON v.operation_id = a.operation_id AND v.version = a.version
      WHERE a.status = 'approved'
         OR (a.status = 'executing' AND a.lease_expires_at < now())
      ORDER BY a.lease_expires_at NULLS FIRST
      LIMIT %(limit)s
-       FOR UPDATE OF a SKIP LOCKED
+       FOR UPDATE SKIP LOCKED
 )
 UPDATE approvals a
    SET status = CASE WHEN c.exhausted THEN 'failed' ELSE 'executing' END,
        attempt = CASE WHEN c.exhausted THEN a.attempt ELSE a.attempt + 1 END,
        lease_owner = CASE WHEN c.exhausted THEN a.lease_owner ELSE %(owner)s END,
        lease_expires_at = CASE WHEN c.exhausted THEN NULL
-                               ELSE now() + make_interval(secs => c.lease_s) END,
+                               ELSE now() + make_interval(secs => l.lease_s) END,
        response_payload = CASE WHEN c.exhausted THEN %(exhausted)s ELSE a.response_payload END,
        completed_at = CASE WHEN c.exhausted THEN now() ELSE a.completed_at END
-  FROM candidate c
- WHERE a.id = c.id
+  FROM candidate c, operation_versions v,
+       LATERAL (SELECT (coalesce((v.spec #>> '{execution_config,timeout_ms}')::float8, 10000)
+                        / 1000
+                        * (coalesce((v.spec #>> '{execution_config,retries}')::int, 2) + 1)
+                        + %(margin_s)s)::float8 AS lease_s) l
+ WHERE a.id = c.id AND v.operation_id = a.operation_id AND v.version = a.version
 RETURNING a.id, a.status, a.attempt, a.max_attempts, a.workspace_id, a.agent_id, a.key_id,
           (SELECT slug FROM workspaces WHERE id = a.workspace_id) AS workspace,
           (SELECT slug FROM agents WHERE id = a.agent_id) AS agent,
-          a.operation_id, a.tool, a.version, a.arguments, a.request, c.lease_s
+          a.operation_id, a.tool, a.version, a.arguments, a.request, l.lease_s
 """
 
 _FENCE = (
@@ -96,12 +99,20 @@ UPDATE approvals SET lease_expires_at = now() + make_interval(secs => %(lease_s)
  WHERE {_FENCE}
 """
 
-# lease_owner stays on a finished row: it says which process ran the call.
-_FINISH_SQL = f"""
-UPDATE approvals
-   SET status = %(status)s, response_payload = %(payload)s, completed_at = now(),
-       lease_expires_at = NULL, result_truncated = %(truncated)s
- WHERE {_FENCE}
+# lease_owner stays on a finished row: it says which process ran the call. One
+# statement finishes a batch (docs/architecture.md, "Leases and fencing"), each
+# row fenced on its own (id, attempt) and the owner; RETURNING names the rows
+# this claim still held.
+_FINISH_SQL = """
+UPDATE approvals a
+   SET status = f.status, response_payload = f.payload, completed_at = now(),
+       lease_expires_at = NULL, result_truncated = f.truncated
+  FROM unnest(%(ids)s::text[], %(attempts)s::int[], %(statuses)s::text[],
+              %(payloads)s::jsonb[], %(truncated)s::bool[])
+       AS f(id, attempt, status, payload, truncated)
+ WHERE a.id = f.id AND a.attempt = f.attempt AND a.status = 'executing'
+   AND a.lease_owner = %(owner)s
+RETURNING a.id
 """
 
 # The attempt stays: the request may already have reached the upstream. A row
@@ -165,6 +176,33 @@ async def renew(conn: Connection, row: Claimed, owner: str) -> bool:
     return cur.rowcount == 1
 
 
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """One row's end, as ``finish_many`` writes it."""
+
+    row: Claimed
+    status: Finished
+    payload: Any
+    truncated: bool = False  # completed: the result was cut to fit (its delivery says so)
+
+
+async def finish_many(conn: Connection, owner: str, finishes: list[Finish]) -> set[str]:
+    """executing → completed | failed for every row still this claim's, in one
+    statement; the ids written (a row missing was re-claimed: nothing changed)."""
+    cur = await conn.execute(
+        _FINISH_SQL,
+        {
+            "owner": owner,
+            "ids": [f.row.id for f in finishes],
+            "attempts": [f.row.attempt for f in finishes],
+            "statuses": [f.status for f in finishes],
+            "payloads": [Jsonb(f.payload) for f in finishes],
+            "truncated": [f.truncated for f in finishes],
+        },
+    )
+    return {str(r["id"]) for r in await cur.fetchall()}
+
+
 async def finish(
     conn: Connection,
     row: Claimed,
@@ -174,11 +212,9 @@ async def finish(
     *,
     truncated: bool = False,
 ) -> bool:
-    """executing → completed | failed; False: the row is no longer this claim's.
-    ``truncated``: the completed result was cut to fit (its delivery says so)."""
-    params = {"status": status, "payload": Jsonb(payload), "truncated": truncated}
-    cur = await conn.execute(_FINISH_SQL, {**_fence(row, owner), **params})
-    return cur.rowcount == 1
+    """One row's ``finish_many``; False: the row is no longer this claim's."""
+    written = await finish_many(conn, owner, [Finish(row, status, payload, truncated)])
+    return row.id in written
 
 
 async def release(

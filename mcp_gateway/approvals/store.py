@@ -35,7 +35,6 @@ from typing import Any, Literal
 import msgspec
 from psycopg.types.json import Jsonb
 
-from mcp_gateway.approvals.leases import CHANNEL
 from shared.crypto import b64url_decode, b64url_encode
 from shared.db import Connection
 from shared.engine.argument_limits import child_path
@@ -326,8 +325,9 @@ CANCELLED_BY = "mcp-client/tasks-cancel"
 
 async def decide(conn: Connection, decision: Decision) -> ApprovalRecord | None:
     """pending → approved | denied and its audit row, in one statement; None
-    when the row is not pending (or not this agent's, or past its time). An
-    approval also notifies the workers (delivered when the statement commits)."""
+    when the row is not pending (or not this agent's, or past its time). No
+    NOTIFY here: the caller wakes the workers once the decision has committed
+    (mcp_gateway.approvals.wakeups says why)."""
     cur = await conn.execute(
         f"""WITH decided AS (
                 UPDATE approvals
@@ -343,9 +343,7 @@ async def decide(conn: Connection, decision: Decision) -> ApprovalRecord | None:
                                           'agent', %(agent)s::text)
                   FROM decided
             )
-            SELECT {_RECORD},
-                   CASE WHEN status = 'approved' THEN pg_notify('{CHANNEL}', id) END
-              FROM decided""",
+            SELECT {_RECORD} FROM decided""",
         {
             "status": decision.status,
             "by": decision.decided_by,

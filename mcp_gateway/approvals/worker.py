@@ -10,9 +10,11 @@ moves along the edges of docs/architecture.md, "Approval state machine" (stateme
                           └─ SIGTERM: released ──▶ approved
 
 Waking. A claim round runs when the Postgres channel ``crank_approvals``
-(``leases.CHANNEL``) is notified — whoever approves a row sends
-``NOTIFY crank_approvals`` (any payload) once it commits, and a release sends
-it too — and every ``poll_s`` (1 s) as the fallback that works alone (e.g.
+(``leases.CHANNEL``) is notified — the approve endpoint, once a decision has
+committed, wakes this worker and sends ``NOTIFY crank_approvals`` (any
+payload), one for all the decisions made meanwhile (``approved``,
+mcp_gateway.approvals.wakeups), and a release sends it too — and every
+``poll_s`` (1 s) as the fallback that works alone (e.g.
 ``CRANK_MCP_LISTEN=false`` behind PgBouncer). The gateway LISTENs on the
 refresher's connection (mcp_gateway.catalog.refresher), which calls ``wake`` for
 this channel and also after it reconnects. A round claims at most as many
@@ -32,8 +34,11 @@ selected result or the error payload is recorded. An upstream error fails
 the row at once: the executor already retried where repeating is safe.
 
 Finishing is fenced on ``(id, attempt, status, lease_owner)``: a stale worker
-writes nothing. A database error while finishing is retried while the lease
-is still ours; after that the row is left to be re-claimed. So the payload is
+writes nothing. Outcomes are written in batches (mcp_gateway.approvals.finishing:
+what arrives while one statement is under way goes in the next, each row
+fenced on its own), so a fast upstream costs one commit per batch, not per
+call. A database error while finishing is retried while the lease is still
+ours; after that the row is left to be re-claimed. So the payload is
 made storable first: a NUL (U+0000) in the upstream's answer, which jsonb
 refuses, becomes U+FFFD, or every attempt would call the upstream again.
 
@@ -65,7 +70,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from mcp_gateway.approvals import leases
 from mcp_gateway.approvals.execution import Deferred, Outcome, Performer, exhausted_payload
-from mcp_gateway.approvals.leases import Claimed
+from mcp_gateway.approvals.finishing import Finisher
+from mcp_gateway.approvals.leases import Claimed, Finish
+from mcp_gateway.approvals.wakeups import Wakeups
 from mcp_gateway.catalog.snapshot import Snapshot
 from mcp_gateway.upkeep.call_log import CallLogWriter
 from shared.crypto import SecretBox
@@ -76,7 +83,7 @@ from shared.periodic import EXPECTED, PeriodicTask
 
 log = structlog.get_logger(__name__)
 
-CONCURRENCY = 8  # rows one process runs at once (CRANK_APPROVAL_WORKERS)
+CONCURRENCY = 32  # rows one process runs at once (CRANK_APPROVAL_WORKERS)
 POLL_S = 1.0
 LEASE_MARGIN_S = 10.0
 SHUTDOWN_GRACE_S = 10.0
@@ -120,6 +127,8 @@ class ApprovalWorker:
         self._margin_s = margin_s
         self._renew_every_s = renew_every_s
         self._exhausted = exhausted_payload(language)
+        self._finisher = Finisher(pool, owner)
+        self.wakeups = Wakeups(pool, self.wake)
         # Claim rounds repeat in the shared loop (shared.periodic): it logs a
         # database outage once and retries less often while it lasts; a wake-up
         # (a notification, the listener reconnecting, a freed slot) still runs a
@@ -128,6 +137,11 @@ class ApprovalWorker:
         self._more = False  # the last round filled every slot: there may be more rows
         self._tasks: set[asyncio.Task[None]] = set()
         self._running: dict[str, _Running] = {}
+
+    @property
+    def finish_statements(self) -> int:
+        """Statements that wrote outcomes so far (one per batch; tests read it)."""
+        return self._finisher.flushes
 
     @property
     def in_hand(self) -> int:
@@ -143,6 +157,10 @@ class ApprovalWorker:
         """A claim round now (a notification, or a reconnected listener)."""
         self._claims.wake()
 
+    def approved(self) -> None:
+        """Rows were approved (committed): a round here now, a NOTIFY for the others."""
+        self.wakeups.approved()
+
     def stop_claiming(self) -> None:
         """No new claims; running calls go on (the first step of a graceful stop)."""
         self._claims.request_stop()
@@ -150,6 +168,7 @@ class ApprovalWorker:
     async def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         """Stop claiming, give running calls ``grace_s`` to finish, release the rest."""
         await self._claims.stop(wait_s=_DB_TIMEOUT_S)  # a round under way may finish
+        await self.wakeups.stop()
         if not self._tasks:
             return
         _, pending = await asyncio.wait(set(self._tasks), timeout=grace_s)
@@ -163,6 +182,7 @@ class ApprovalWorker:
                 task.cancel()
             if stuck:
                 await asyncio.wait(stuck)
+        await self._finisher.stop()
 
     # -- claiming ----------------------------------------------------------
 
@@ -304,10 +324,9 @@ class ApprovalWorker:
 
     async def _write(self, row: Claimed, outcome: Outcome) -> bool:
         payload = without_nul(outcome.payload)  # else a refused write, a second call
-        async with self._pool.connection() as conn:
-            return await leases.finish(
-                conn, row, self.owner, outcome.status, payload, truncated=outcome.truncated
-            )
+        return await self._finisher.finish(
+            Finish(row, outcome.status, payload, truncated=outcome.truncated)
+        )
 
     async def _release(self, row: Claimed) -> None:
         async def release() -> str | None:

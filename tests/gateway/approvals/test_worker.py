@@ -397,6 +397,35 @@ async def test_stale_worker_cannot_finish_reclaimed_approval(
     assert (await fetch(database_url, approval_id))["response_payload"] == {"id": "ord-2"}
 
 
+async def test_calls_that_end_together_are_finished_in_shared_statements_each_once(
+    client: Client, admin_token: str, database_url: str, shop: Shop
+) -> None:
+    count = 16  # under the executor's connections per host: every call reaches the shop
+    await publish_shop(client, admin_token, shop.port)
+    ids = await insert_approved(database_url, count)
+    shop.hold = count  # every call waits, then all answer at once
+    async with worker_for(database_url, concurrency=count) as worker:
+        assert await worker.claim_once() == count
+
+        async def all_held() -> bool:
+            return len(shop.seen) == count
+
+        await wait_until(all_held, timeout_s=10)
+        shop.gate.set()
+        await wait_until(lambda: idle(worker), timeout_s=10)
+        statements = worker.finish_statements
+    assert 1 <= statements < count  # outcomes that arrived together shared a statement
+    for approval_id in ids:
+        n = int(approval_id.removeprefix("approval_"), 16)
+        row = await fetch(database_url, approval_id)
+        assert (row["status"], row["attempt"]) == ("completed", 1)
+        assert row["response_payload"]["item"] == f"sku-{n}"
+        assert row["response_payload"]["id"].startswith("ord-")
+    assert sorted(seen.key or "" for seen in shop.seen) == sorted(
+        f"req-{int(i.removeprefix('approval_'), 16)}" for i in ids
+    )
+
+
 # -- shutdown ------------------------------------------------------------------
 
 
