@@ -1,8 +1,8 @@
 """The executor against real aiohttp servers on 127.0.0.1.
 
-Every executor here gets a socket factory that refuses any non-loopback
-address before a socket exists, so even a broken guard sends nothing off
-this machine; the guard's own refusals are asserted separately.
+Every executor here gets a connect check that refuses any non-loopback
+address before a client that could dial it exists, so even a broken guard
+sends nothing off this machine; the guard's own refusals are asserted separately.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from email.utils import formatdate
 
 import pytest
 from aiohttp import web
-from aiohttp.abc import AbstractResolver
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
@@ -41,18 +40,15 @@ FAST = ExecutorConfig(backoff_base_s=0.01, backoff_cap_s=0.02)
 
 
 class SocketNet:
-    """Records every address a socket is made for; refuses all but loopback."""
+    """Records every address a client is pinned to; refuses all but loopback."""
 
     def __init__(self) -> None:
         self.addresses: list[str] = []
 
-    def __call__(self, addr_info: tuple[object, ...]) -> socket.socket:
-        family, type_, proto, _, sockaddr = addr_info
-        host = str(sockaddr[0])  # type: ignore[index]
-        self.addresses.append(host)
-        if not ipaddress.ip_address(host).is_loopback:
-            raise ConnectionRefusedError(f"test net: refused {host}")
-        return socket.socket(family, type_, proto)  # type: ignore[arg-type]
+    def __call__(self, ip: str, port: int) -> None:
+        self.addresses.append(ip)
+        if not ipaddress.ip_address(ip).is_loopback:
+            raise ConnectionRefusedError(f"test net: refused {ip}")
 
 
 def text_handler(text: str) -> Handler:
@@ -81,7 +77,7 @@ async def servers() -> AsyncIterator[list[TestServer]]:
 def executor(
     *ports: int | None,
     config: ExecutorConfig = FAST,
-    resolver: AbstractResolver | None = None,
+    resolver: StubResolver | None = None,
     net: SocketNet | None = None,
     allow_private: bool = False,
 ) -> UpstreamExecutor:
@@ -89,7 +85,7 @@ def executor(
         allow_private=allow_private,
         allowlist=parse_allowlist([f"127.0.0.1:{p}" for p in ports if p]),
     )
-    return UpstreamExecutor(policy, config, resolver=resolver, socket_factory=net or SocketNet())
+    return UpstreamExecutor(policy, config, resolver=resolver, connect_check=net or SocketNet())
 
 
 def get(url: str, **kwargs: object) -> UpstreamRequest:
@@ -325,7 +321,7 @@ async def test_a_redirect_to_a_private_address_is_refused_before_connecting(
             await ex.execute(get(str(a.make_url("/"))))
     assert caught.value.code == "upstream_blocked"
     assert resolver.asked == ["internal.test"]
-    assert net.addresses == ["127.0.0.1"]  # only the first hop ever got a socket
+    assert net.addresses == ["127.0.0.1"]  # only the first hop was ever dialled
 
 
 @pytest.mark.parametrize(
