@@ -62,6 +62,7 @@ from shared.engine.pinning import (
 from shared.engine.ssrf import AddressPolicy
 
 if TYPE_CHECKING:
+    from pyreqwest.client import Client
     from pyreqwest.response import Response
 
     from shared.settings import Settings
@@ -413,27 +414,49 @@ class UpstreamExecutor:
             addresses = allowed_addresses(self.policy, egress, found, host=host, port=port)
         except AddressRefused as exc:
             raise UpstreamBlocked(str(exc)) from exc
-        async with self._slots.hold((target.scheme, host, port)):
-            for index, ip in enumerate(addresses):
-                try:
-                    async with self._clients.lease(target.scheme, domain, ip, port) as client:
-                        builder = client.request(method, target).headers(list(headers))
-                        if body is not None:
-                            builder = builder.body_bytes(body)
-                        wait = max(deadline - asyncio.get_running_loop().time(), 0.001)
-                        builder = builder.timeout(timedelta(seconds=wait))
-                        async with builder.build_streamed() as resp:
-                            location = resp.get_header("location")
-                            if resp.status in _REDIRECTS and location:
-                                return _Redirect(resp.status, location)
-                            raw = await _read_limited(resp, limit)
-                            return resp.status, tuple(resp.headers.items()), raw
-                except TimeoutError:
-                    raise
-                except (ConnectError, OSError):
-                    if index == len(addresses) - 1:
+        key = (target.scheme, host, port)
+        per_host = self._slots.enter(key)
+        try:
+            async with per_host, self._slots.total:
+                for index, ip in enumerate(addresses):
+                    pinned = None
+                    try:
+                        pinned = self._clients.acquire(target.scheme, domain, ip, port)
+                        return await _send(
+                            pinned.client, method, target, headers, body, deadline, limit
+                        )
+                    except TimeoutError:
                         raise
+                    except (ConnectError, OSError):  # OSError: the connect check refused
+                        if index == len(addresses) - 1:
+                            raise
+                    finally:
+                        if pinned is not None:
+                            self._clients.release(pinned)
+        finally:
+            self._slots.leave(key)
         raise AssertionError("unreachable: allowed_addresses returns at least one")
+
+
+async def _send(
+    client: Client,
+    method: str,
+    target: Url,
+    headers: Headers,
+    body: bytes | None,
+    deadline: float,
+    limit: int,
+) -> tuple[int, Headers, bytes] | _Redirect:
+    builder = client.request(method, target).headers(list(headers))
+    if body is not None:
+        builder = builder.body_bytes(body)
+    wait = max(deadline - asyncio.get_running_loop().time(), 0.001)
+    async with builder.timeout(timedelta(seconds=wait)).build_streamed() as resp:
+        location = resp.get_header("location")
+        if resp.status in _REDIRECTS and location:
+            return _Redirect(resp.status, location)
+        raw = await _read_limited(resp, limit)
+        return resp.status, tuple(resp.headers.items()), raw
 
 
 @dataclass(frozen=True, slots=True)
@@ -499,20 +522,16 @@ def _redirect(
 async def _read_limited(resp: Response, limit: int) -> bytes:
     """At most ``limit`` bytes of the (decoded) body, else ``UpstreamResponseTooLarge``.
 
-    reqwest drops Content-Length from an answer it decompresses, so a length
-    present is the length of the body read."""
+    A Content-Length over the limit is refused before reading (reqwest drops the
+    header from an answer it decompresses); otherwise one read of ``limit + 1``
+    decoded bytes, which reqwest gathers until the body ends or that many arrived."""
     too_large = UpstreamResponseTooLarge(f"upstream body exceeds {limit} bytes")
     length = resp.get_header("content-length")
-    if length is not None and length.isdigit():
-        if int(length) > limit:
-            raise too_large
-        return (await resp.body_reader.bytes()).to_bytes()
-    reader = resp.body_reader
-    chunks: list[bytes] = []
-    size = 0
-    while (chunk := await reader.read(64 * 1024)) is not None:
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk.to_bytes())
-    return b"".join(chunks)
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise too_large
+    raw = await resp.body_reader.read(limit + 1)
+    if raw is None:
+        return b""
+    if len(raw) > limit:
+        raise too_large
+    return raw.to_bytes()

@@ -15,19 +15,19 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
 import gc
 import socket
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Protocol
 
 from pyreqwest.client import Client, ClientBuilder
 
 from shared.engine.egress import EgressPolicy
-from shared.engine.ssrf import AddressPolicy
+from shared.engine.ssrf import AddressPolicy, Decision
 
 __all__ = [
     "AddressRefused",
@@ -118,21 +118,24 @@ def allowed_addresses(
     port: int,
 ) -> list[str]:
     """The addresses ``host`` may be reached at; ``AddressRefused`` if none."""
-    decisions = [
-        (
-            ip,
-            policy.decide(ip, host=host, port=port)
-            if egress is None
-            else egress.decide(policy, ip, host=host, port=port),
-        )
-        for ip in addresses
-    ]
+    decisions = [(ip, _decide(policy, egress, ip, host, port)) for ip in addresses]
     allowed = [ip for ip, decision in decisions if decision.allowed]
     if not allowed:
         if egress is not None and any(decision.by_workspace for _, decision in decisions):
             raise AddressRefused(egress.refusal(host))
         raise AddressRefused(f"{host}:{port} resolves only to refused addresses")
     return allowed
+
+
+# A pure function of frozen (hashable) values, asked on every hop: remembered
+# rather than walking the address tables each time.
+@functools.lru_cache(maxsize=4096)
+def _decide(
+    policy: AddressPolicy, egress: EgressPolicy | None, ip: str, host: str, port: int
+) -> Decision:
+    if egress is None:
+        return policy.decide(ip, host=host, port=port)
+    return egress.decide(policy, ip, host=host, port=port)
 
 
 class _Pinned:
@@ -159,6 +162,7 @@ class ClientCache:
         self._user_agent = user_agent
         self._check = connect_check
         self._clients: OrderedDict[tuple[str, str, int, str], _Pinned] = OrderedDict()
+        self._closing: set[asyncio.Future[None]] = set()
 
     def _build(self, domain: str | None, port: int, ip: str) -> Client:
         if self._check is not None:
@@ -181,36 +185,39 @@ class ClientCache:
             builder = builder.resolve(domain, ip, port)  # reqwest never resolves itself
         return builder.build()
 
-    @asynccontextmanager
-    async def lease(
-        self, scheme: str, domain: str | None, ip: str, port: int
-    ) -> AsyncIterator[Client]:
+    def acquire(self, scheme: str, domain: str | None, ip: str, port: int) -> _Pinned:
         """The client pinned to ``ip`` for URLs of ``scheme://domain:port`` (``domain``
-        ``None``: an IP-literal URL of ``ip`` itself)."""
+        ``None``: an IP-literal URL of ``ip`` itself); hand it back with ``release``."""
         key = (scheme, domain or ip, port, ip)
         pinned = self._clients.get(key)
         if pinned is None:
             pinned = self._clients[key] = _Pinned(self._build(domain, port, ip))
+            self._evict()
         else:
             self._clients.move_to_end(key)
         pinned.users += 1
-        try:
-            yield pinned.client
-        finally:
-            pinned.users -= 1
-            await self._evict()
+        return pinned
 
-    async def _evict(self) -> None:
+    def release(self, pinned: _Pinned) -> None:
+        pinned.users -= 1
+        if len(self._clients) > self._size:
+            self._evict()
+
+    def _evict(self) -> None:
         while len(self._clients) > self._size:
             key = next((k for k, p in self._clients.items() if p.users == 0), None)
             if key is None:
-                return  # all in use: the cache shrinks once they are done
-            await self._clients.pop(key).client.close()
+                return  # all in use: the cache shrinks once they are released
+            closing = asyncio.ensure_future(self._clients.pop(key).client.close())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
         clients, self._clients = list(self._clients.values()), OrderedDict()
         for pinned in clients:
             await pinned.client.close()
+        if self._closing:
+            await asyncio.gather(*self._closing)
 
 
 class _Slot:
@@ -226,20 +233,20 @@ class HostSlots:
     one slow upstream cannot take every connection."""
 
     def __init__(self, *, total: int, per_host: int) -> None:
-        self._total = asyncio.Semaphore(total)
+        self.total = asyncio.Semaphore(total)
         self._per_host = per_host
         self._hosts: dict[tuple[str, str, int], _Slot] = {}
 
-    @asynccontextmanager
-    async def hold(self, key: tuple[str, str, int]) -> AsyncIterator[None]:
+    def enter(self, key: tuple[str, str, int]) -> asyncio.Semaphore:
+        """The host's semaphore (then acquire it, and ``total``); ``leave`` when done."""
         slot = self._hosts.get(key)
         if slot is None:
             slot = self._hosts[key] = _Slot(self._per_host)
         slot.users += 1
-        try:
-            async with slot.semaphore, self._total:
-                yield
-        finally:
-            slot.users -= 1
-            if slot.users == 0:
-                del self._hosts[key]
+        return slot.semaphore
+
+    def leave(self, key: tuple[str, str, int]) -> None:
+        slot = self._hosts[key]
+        slot.users -= 1
+        if slot.users == 0:
+            del self._hosts[key]

@@ -554,3 +554,42 @@ async def test_a_cookie_an_upstream_sets_is_never_sent_back(servers: list[TestSe
             answer = await ex.execute(get(f"http://localhost:{server.port}/"))
             assert answer.status == 200
     assert seen == [None, None]
+
+
+async def test_a_timed_out_attempt_closes_its_connection_at_the_upstream() -> None:
+    """The deadline reaches reqwest itself: a cancelled await alone would leave
+    the Rust request (and its connection) running after the attempt ended."""
+    closed = asyncio.Event()
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.read(1)  # returns b"" once the client closes the connection
+        closed.set()
+        writer.close()
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with executor(port) as ex:
+            with pytest.raises(UpstreamTimeout):
+                await ex.execute(get(f"http://127.0.0.1:{port}/", timeout_ms=200, retries=0))
+            await asyncio.wait_for(closed.wait(), 1)
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_clients_past_the_cache_size_are_closed_and_built_again(
+    servers: list[TestServer],
+) -> None:
+    one, two = await serve(text_handler("one")), await serve(text_handler("two"))
+    servers.extend((one, two))
+    net = SocketNet()
+    config = ExecutorConfig(max_clients=1)
+    async with executor(one.port, two.port, config=config, net=net) as ex:
+        bodies = [
+            (await ex.execute(get(str(server.make_url("/"))))).body
+            for server in (one, two, one, one)
+        ]
+    assert bodies == [b"one", b"two", b"one", b"one"]
+    assert net.addresses == ["127.0.0.1"] * 3  # the evicted client for `one` was rebuilt once
