@@ -5,7 +5,7 @@ Offline, the demo's real frankfurter operation must fail as a structured
 test ever resolves or dials api.frankfurter.dev: the operation as the demo
 seed stores it, compiled by shared.engine.compiler and executed by the gateway's
 UpstreamExecutor whose resolver fails as an offline resolver does, and whose
-socket factory records any address it is asked for and makes no socket.
+connect check records any address it is asked for and lets nothing be dialled.
 
 The sales GET operations run end to end: the demo sales API on a free
 loopback port, the demo seeded as ``crank seed-demo`` seeds it (its sales

@@ -3,8 +3,8 @@
 The upstream is an HTTP server on 127.0.0.1 (a thread of its own), allowlisted through the
 control plane's own settings (``CRANK_UPSTREAM_ALLOWLIST``) and granted to the
 workspace, so the app's executor and SSRF guard are the ones a deployment builds. The guard tests swap
-in an executor with the same policy whose socket factory records every
-address it is asked for and opens sockets to 127.0.0.1 only: no packet leaves
+in an executor with the same policy whose connect check records every
+address it is asked for and lets only 127.0.0.1 be dialled: no packet leaves
 this machine even if the guard were wrong.
 """
 
