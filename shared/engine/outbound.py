@@ -1,4 +1,5 @@
-"""The upstream HTTP executor: one guarded aiohttp session per process.
+"""The upstream HTTP executor: one per process, sending through pyreqwest (reqwest,
+in Rust) clients pinned to the addresses the guard allowed (shared.engine.pinning).
 
 Used by the upstream step (``CompiledOperation.call``) of the gateway's
 tools/call, its approval worker and the control plane's try-it. Exceptions,
@@ -23,45 +24,54 @@ An HTTP answer of any status (also 429 and 5xx once retries are exhausted) is
 returned as an ``UpstreamResponse``; turning statuses into codes is the caller's.
 
 Decisions: see ``_redirect`` (redirect rules) and ``retry_safe`` / ``execute``
-(retry rules); the guard is ``GuardedConnector``, which also applies the
-calling workspace's egress policy (``UpstreamRequest.egress``).
+(retry rules); the guard is ``_hop`` with shared.engine.pinning: Crank resolves
+the host itself, judges every address (with the calling workspace's egress
+policy, ``UpstreamRequest.egress``, too) for every hop, and reqwest connects
+only to an allowed address, never resolving or following redirects itself.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import email.utils
 import functools
 import ipaddress
 import random
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from datetime import UTC, timedelta
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-import aiohttp
-from aiohttp.abc import AbstractResolver, ResolveResult
+from pyreqwest.exceptions import ConnectError, NetworkError, RequestError
+from pyreqwest.http import Url
 from yarl import URL
 
 from shared.engine.answer_limits import DEFAULT_MAX_JSON_NODES
 from shared.engine.egress import EgressPolicy
 from shared.engine.errors import ErrorCode
+from shared.engine.pinning import (
+    AddressRefused,
+    CachingResolver,
+    ClientCache,
+    ConnectCheck,
+    HostSlots,
+    Resolver,
+    SystemResolver,
+    allowed_addresses,
+)
 from shared.engine.ssrf import AddressPolicy
 
 if TYPE_CHECKING:
-    from aiohttp.client_reqrep import ClientRequest
-    from aiohttp.connector import Connection, SocketFactoryType
-    from aiohttp.tracing import Trace
+    from pyreqwest.client import Client
+    from pyreqwest.response import Response
 
     from shared.settings import Settings
 
 __all__ = [
     "Delivery",
     "ExecutorConfig",
-    "GuardedConnector",
     "OutboundError",
+    "Resolver",
     "UpstreamBlocked",
     "UpstreamExecutor",
     "UpstreamRequest",
@@ -103,8 +113,12 @@ class UpstreamUnavailable(OutboundError):
 
     @property
     def delivery(self) -> Delivery:
-        # Only a refused connect on the only attempt proves nothing was sent.
-        refused = isinstance(self.__cause__, aiohttp.ClientConnectorError)
+        # Only a refused connect on the only attempt proves nothing was sent (a
+        # resolver failure or the connect check is an OSError before any connect).
+        cause = self.__cause__
+        refused = isinstance(cause, ConnectError) or (
+            isinstance(cause, OSError) and not isinstance(cause, TimeoutError)
+        )
         return "not_sent" if self.attempts == 1 and refused else "unknown"
 
 
@@ -171,8 +185,9 @@ class UpstreamResponse:
 class ExecutorConfig:
     """Limits of one executor, for every call it makes; per-call ones are in ``UpstreamRequest``."""
 
-    limit: int = 200  # connections in total
+    limit: int = 200  # requests (so connections) in flight in total
     limit_per_host: int = 20  # one slow upstream cannot take more than this
+    max_clients: int = 256  # pinned clients kept (one per host, port and address)
     # The ceiling of every call's raw body limit (not response.max_bytes).
     max_response_bytes: int = 10 * 1024 * 1024
     # JSON values and keys one answer may decode to; read by the upstream step's
@@ -233,120 +248,43 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     return max(0.0, when.timestamp() - current)
 
 
-# The egress policy of the workspace whose request is being sent (set by
-# ``UpstreamExecutor.execute``): aiohttp's connector API has no room for it.
-_EGRESS: contextvars.ContextVar[EgressPolicy | None] = contextvars.ContextVar(
-    "crank_egress", default=None
-)
-
-
-class GuardedConnector(aiohttp.TCPConnector):
-    """A TCPConnector that connects only to addresses the policy allows.
-
-    The check runs on the resolver's answer (and on IP literals, which aiohttp
-    does not send to the resolver) right before aiohttp builds the socket
-    addresses from that same list, so nothing can rebind in between; cached
-    DNS answers pass the same filter. Blocked addresses are dropped; if none
-    remain the connection fails with ``UpstreamBlocked``. Overrides aiohttp's
-    ``_resolve_host`` and ``connect`` (checked by tests against the pinned aiohttp).
-
-    A request sent for a workspace is judged by its egress policy too
-    (docs/architecture.md, "Egress per workspace"): the URL host of every hop
-    before connecting, and the peer address of the connection it gets, which
-    may come from the pool, opened for another workspace.
-    """
-
-    def __init__(self, policy: AddressPolicy, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._policy = policy
-
-    async def connect(
-        self,
-        req: ClientRequest,
-        traces: list[Trace],
-        timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 - aiohttp's signature
-    ) -> Connection:
-        egress = _EGRESS.get()
-        if egress is None:
-            return await super().connect(req, traces, timeout)
-        host, port = req.url.raw_host or "", req.port or 0
-        if not egress.allows_host(host):
-            raise UpstreamBlocked(egress.refusal(host))
-        conn = await super().connect(req, traces, timeout)
-        transport = conn.transport
-        peer = None if transport is None else transport.get_extra_info("peername")
-        if not peer or not egress.decide(self._policy, peer[0], host=host, port=port).allowed:
-            conn.release()  # fine for the workspace that may use it
-            raise UpstreamBlocked(egress.refusal(host))
-        return conn
-
-    async def _resolve_host(
-        self, host: str, port: int, traces: Sequence[Trace] | None = None
-    ) -> list[ResolveResult]:
-        results = await super()._resolve_host(host, port, traces=traces)
-        egress = _EGRESS.get()
-        decisions = [
-            (
-                r,
-                self._policy.decide(r["host"], host=host, port=port)
-                if egress is None
-                else egress.decide(self._policy, r["host"], host=host, port=port),
-            )
-            for r in results
-        ]
-        allowed = [r for r, decision in decisions if decision.allowed]
-        if not allowed:
-            if egress is not None and any(decision.by_workspace for _, decision in decisions):
-                raise UpstreamBlocked(egress.refusal(host))
-            raise UpstreamBlocked(f"{host}:{port} resolves only to refused addresses")
-        return allowed
-
-
 class UpstreamExecutor:
-    """One per process: ``await executor.start()`` in the lifespan, ``close()`` on shutdown."""
+    """One per process: ``await executor.start()`` in the lifespan, ``close()`` on shutdown.
+
+    ``resolver`` answers host names (the system's by default; its answers are cached
+    ``pinning.DNS_TTL_S``); ``connect_check`` is asked before a client pinned to an
+    allowed address is built (tests: loopback only).
+    """
 
     def __init__(
         self,
         policy: AddressPolicy,
         config: ExecutorConfig | None = None,
         *,
-        resolver: AbstractResolver | None = None,
-        socket_factory: SocketFactoryType | None = None,
+        resolver: Resolver | None = None,
+        connect_check: ConnectCheck | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.policy = policy
         self.config = config or ExecutorConfig()
-        self._resolver = resolver
-        self._socket_factory = socket_factory
+        self._resolver = CachingResolver(resolver or SystemResolver())
+        self._connect_check = connect_check
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not crypto
-        self._session: aiohttp.ClientSession | None = None
+        self._clients: ClientCache | None = None
+        self._slots = HostSlots(total=self.config.limit, per_host=self.config.limit_per_host)
 
     async def start(self) -> None:
-        connector = GuardedConnector(
-            self.policy,
-            limit=self.config.limit,
-            limit_per_host=self.config.limit_per_host,
-            resolver=self._resolver,
-            socket_factory=self._socket_factory,
-        )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            # No proxy at all, from the environment or configured: through a proxy the
-            # guard would judge the proxy's address, never the target's
-            # (docs/architecture.md, "Outbound calls").
-            trust_env=False,
-            # One session serves every agent and workspace: a cookie an upstream
-            # sets must never ride along on another caller's request.
-            cookie_jar=aiohttp.DummyCookieJar(),
-            timeout=aiohttp.ClientTimeout(total=None),  # per attempt, in execute
-            headers={"User-Agent": self.config.user_agent},
-            auto_decompress=True,
+        self._clients = ClientCache(
+            size=self.config.max_clients,
+            per_host=self.config.limit_per_host,
+            user_agent=self.config.user_agent,
+            connect_check=self._connect_check,
         )
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._clients is not None:
+            await self._clients.close()
+            self._clients = None
 
     async def __aenter__(self) -> UpstreamExecutor:
         await self.start()
@@ -358,14 +296,7 @@ class UpstreamExecutor:
     async def execute(self, request: UpstreamRequest) -> UpstreamResponse:
         """Send ``request``; retries (only if ``retry_safe``) on connect errors,
         timeouts, 429 and 500/502/503/504, within ``timeout_ms * (retries + 1)``;
-        every connection it uses is judged by ``request.egress`` too."""
-        token = _EGRESS.set(request.egress)
-        try:
-            return await self._execute(request)
-        finally:
-            _EGRESS.reset(token)
-
-    async def _execute(self, request: UpstreamRequest) -> UpstreamResponse:
+        every address it connects to is judged by ``request.egress`` too."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         per_attempt = request.timeout_ms / 1000
@@ -375,20 +306,25 @@ class UpstreamExecutor:
         while True:
             attempt += 1
             remaining = deadline - loop.time()
+            budget = min(per_attempt, remaining)
             try:
-                async with asyncio.timeout(min(per_attempt, remaining)):
-                    status, headers, body, url = await self._follow(request)
+                # reqwest gets the same deadline: a cancelled await alone would leave
+                # the Rust request running (docs/architecture.md, "Outbound calls").
+                async with asyncio.timeout(budget):
+                    status, headers, body, url = await self._follow(request, loop.time() + budget)
             except TimeoutError as exc:
                 error: OutboundError = UpstreamTimeout(
                     f"no answer within {request.timeout_ms} ms", attempts=attempt
                 )
                 error.__cause__ = exc
                 wait = self._backoff(attempt)
-            except aiohttp.ClientConnectionError as exc:
-                error = UpstreamUnavailable(f"cannot reach upstream: {exc}", attempts=attempt)
+            except (NetworkError, OSError) as exc:  # OSError: the resolver, the connect check
+                error = UpstreamUnavailable(
+                    f"cannot reach upstream: {_reason(exc)}", attempts=attempt
+                )
                 error.__cause__ = exc
                 wait = self._backoff(attempt)
-            except aiohttp.ClientError as exc:
+            except RequestError as exc:
                 raise UpstreamResponseInvalid(
                     f"unusable upstream answer: {exc}", attempts=attempt
                 ) from exc
@@ -431,9 +367,9 @@ class UpstreamExecutor:
         ceiling = min(self.config.backoff_cap_s, self.config.backoff_base_s * 2.0 ** (attempt - 1))
         return ceiling / 2 + self._rng.uniform(0, ceiling / 2)
 
-    async def _follow(self, request: UpstreamRequest) -> tuple[int, Headers, bytes, str]:
-        if self._session is None:
-            raise RuntimeError("UpstreamExecutor.start() was not awaited")
+    async def _follow(
+        self, request: UpstreamRequest, deadline: float
+    ) -> tuple[int, Headers, bytes, str]:
         method, url, headers, body = (
             request.method.upper(),
             URL(request.url, encoded=True),
@@ -441,21 +377,106 @@ class UpstreamExecutor:
             request.body,
         )
         _check_scheme(url)
+        limit = self.raw_limit(request)
         for _hop in range(self.config.max_redirects + 1):
-            async with self._session.request(
-                method,
-                url,
-                headers=list(headers),
-                data=body,
-                allow_redirects=False,
-            ) as resp:
-                location = resp.headers.get("Location")
-                if resp.status not in _REDIRECTS or not location:
-                    raw = await _read_limited(resp, self.raw_limit(request))
-                    return resp.status, tuple(resp.headers.items()), raw, str(url)
-                status = resp.status
-            method, url, headers, body = _redirect(status, method, url, headers, body, location)
+            answer = await self._hop(method, url, headers, body, request.egress, deadline, limit)
+            if not isinstance(answer, _Redirect):
+                return (*answer, str(url))
+            method, url, headers, body = _redirect(
+                answer.status, method, url, headers, body, answer.location
+            )
         raise UpstreamResponseInvalid(f"more than {self.config.max_redirects} redirects")
+
+    async def _hop(
+        self,
+        method: str,
+        url: URL,
+        headers: Headers,
+        body: bytes | None,
+        egress: EgressPolicy | None,
+        deadline: float,
+        limit: int,
+    ) -> tuple[int, Headers, bytes] | _Redirect:
+        """One request: its answer (status, headers, body), or the redirect to follow.
+
+        The host reqwest will connect to is read with reqwest's own URL parser, so
+        the guard judges exactly what is dialled; each allowed address is tried in
+        turn while connects are refused."""
+        if self._clients is None:
+            raise RuntimeError("UpstreamExecutor.start() was not awaited")
+        target = _target(url)
+        domain, port = target.domain, target.port_or_known_default or 0
+        host = domain or (target.host_str or "").strip("[]")
+        if egress is not None and not egress.allows_host(host):
+            raise UpstreamBlocked(egress.refusal(host))
+        found = [host] if domain is None else await self._resolver.resolve(domain, port)
+        try:
+            addresses = allowed_addresses(self.policy, egress, found, host=host, port=port)
+        except AddressRefused as exc:
+            raise UpstreamBlocked(str(exc)) from exc
+        key = (target.scheme, host, port)
+        per_host = self._slots.enter(key)
+        try:
+            async with per_host, self._slots.total:
+                for index, ip in enumerate(addresses):
+                    pinned = None
+                    try:
+                        pinned = self._clients.acquire(target.scheme, domain, ip, port)
+                        return await _send(
+                            pinned.client, method, target, headers, body, deadline, limit
+                        )
+                    except TimeoutError:
+                        raise
+                    except (ConnectError, OSError):  # OSError: the connect check refused
+                        if index == len(addresses) - 1:
+                            raise
+                    finally:
+                        if pinned is not None:
+                            self._clients.release(pinned)
+        finally:
+            self._slots.leave(key)
+        raise AssertionError("unreachable: allowed_addresses returns at least one")
+
+
+async def _send(
+    client: Client,
+    method: str,
+    target: Url,
+    headers: Headers,
+    body: bytes | None,
+    deadline: float,
+    limit: int,
+) -> tuple[int, Headers, bytes] | _Redirect:
+    builder = client.request(method, target).headers(list(headers))
+    if body is not None:
+        builder = builder.body_bytes(body)
+    wait = max(deadline - asyncio.get_running_loop().time(), 0.001)
+    async with builder.timeout(timedelta(seconds=wait)).build_streamed() as resp:
+        location = resp.get_header("location")
+        if resp.status in _REDIRECTS and location:
+            return _Redirect(resp.status, location)
+        raw = await _read_limited(resp, limit)
+        return resp.status, tuple(resp.headers.items()), raw
+
+
+@dataclass(frozen=True, slots=True)
+class _Redirect:
+    status: int
+    location: str
+
+
+def _target(url: URL) -> Url:
+    try:
+        return Url(str(url))
+    except ValueError as exc:
+        raise UpstreamBlocked(f"not a URL Crank can call: {exc}") from exc
+
+
+def _reason(exc: Exception) -> str:
+    """The innermost cause pyreqwest reports ("Connection refused (os error 111)")."""
+    details = getattr(exc, "details", None)
+    causes = details.get("causes") if isinstance(details, dict) else None
+    return causes[-1]["message"] if causes else str(exc)
 
 
 def _check_scheme(url: URL) -> None:
@@ -463,8 +484,8 @@ def _check_scheme(url: URL) -> None:
         raise UpstreamBlocked(f"only http and https URLs are allowed, got {url.scheme!r}")
     # A host of digits and dots that is no dotted quad (2130706433, 127.1,
     # 0177.0.0.1) is IPv4 in a legacy notation that socket libraries map onto an
-    # address. aiohttp refuses it as an invalid URL, which would surface as
-    # upstream_response_invalid; it is an address trick, so the guard refuses it.
+    # address (reqwest's URL parser too); it is an address trick, so the guard
+    # refuses it rather than judging the address it stands for.
     host = url.host
     if host.replace(".", "").isdigit() and not _dotted_quad(host):
         raise UpstreamBlocked(f"{host!r} is not a canonical IPv4 address")
@@ -498,17 +519,19 @@ def _redirect(
     return method, target, headers, body
 
 
-async def _read_limited(resp: aiohttp.ClientResponse, limit: int) -> bytes:
-    """At most ``limit`` bytes of the (decoded) body, else ``UpstreamResponseTooLarge``."""
+async def _read_limited(resp: Response, limit: int) -> bytes:
+    """At most ``limit`` bytes of the (decoded) body, else ``UpstreamResponseTooLarge``.
+
+    A Content-Length over the limit is refused before reading (reqwest drops the
+    header from an answer it decompresses); otherwise one read of ``limit + 1``
+    decoded bytes, which reqwest gathers until the body ends or that many arrived."""
     too_large = UpstreamResponseTooLarge(f"upstream body exceeds {limit} bytes")
-    length = resp.content_length
-    if length is not None and length > limit and "Content-Encoding" not in resp.headers:
+    length = resp.get_header("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
         raise too_large
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in resp.content.iter_chunked(64 * 1024):
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)
+    raw = await resp.body_reader.read(limit + 1)
+    if raw is None:
+        return b""
+    if len(raw) > limit:
+        raise too_large
+    return raw.to_bytes()

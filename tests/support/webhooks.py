@@ -49,7 +49,7 @@ class Receiver:
 
     async def hook(self, request: web.Request) -> web.Response:
         body = await request.read()
-        headers = dict(request.headers)
+        headers = {k.lower(): v for k, v in request.headers.items()}  # names: any case
         verified = None
         if self.secret is not None:
             try:

@@ -5,7 +5,7 @@ Offline, the demo's real frankfurter operation must fail as a structured
 test ever resolves or dials api.frankfurter.dev: the operation as the demo
 seed stores it, compiled by shared.engine.compiler and executed by the gateway's
 UpstreamExecutor whose resolver fails as an offline resolver does, and whose
-socket factory records any address it is asked for and makes no socket.
+connect check records any address it is asked for and lets nothing be dialled.
 
 The sales GET operations run end to end: the demo sales API on a free
 loopback port, the demo seeded as ``crank seed-demo`` seeds it (its sales
@@ -23,7 +23,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from aiohttp.abc import AbstractResolver, ResolveResult
 
 from control_plane.demo import load_demo_file
 from shared.engine.compiler import compile_operation
@@ -38,7 +37,7 @@ from tests.support.tool_calls import ERAS, Caller, assert_tool_error
 FRANKFURTER_HOST = "api.frankfurter.dev"
 
 
-class OfflineResolver(AbstractResolver):
+class OfflineResolver:
     """Fails every lookup with ``failure``; ``answer`` instead returns that
     address (a name still in some cache while the network is down)."""
 
@@ -46,36 +45,22 @@ class OfflineResolver(AbstractResolver):
         self.failure, self.answer = failure, answer
         self.asked: list[str] = []
 
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
+    async def resolve(self, host: str, port: int) -> list[str]:
         self.asked.append(host)
         if self.failure is not None:
             raise self.failure
         assert self.answer is not None
-        return [
-            ResolveResult(
-                hostname=host,
-                host=self.answer,
-                port=port,
-                family=socket.AF_INET,
-                proto=0,
-                flags=socket.AI_NUMERICHOST,
-            )
-        ]
-
-    async def close(self) -> None:
-        pass
+        return [self.answer]
 
 
 class NoNetwork:
-    """A socket factory without a network: records the address, makes no socket."""
+    """A connect check without a network: records the address, dials nothing."""
 
     def __init__(self) -> None:
         self.addresses: list[str] = []
 
-    def __call__(self, addr_info: tuple[object, ...]) -> socket.socket:
-        self.addresses.append(str(addr_info[4][0]))  # type: ignore[index]
+    def __call__(self, ip: str, port: int) -> None:
+        self.addresses.append(ip)
         raise OSError(errno.ENETUNREACH, "Network is unreachable")
 
 
@@ -106,7 +91,7 @@ async def test_offline_the_demo_frankfurter_call_is_upstream_unavailable(
     )
     resolver, network = OfflineResolver(failure, answer), NoNetwork()
     # The gateway's default policy and executor configuration (no allowlist needed: public).
-    executor = UpstreamExecutor(AddressPolicy(), resolver=resolver, socket_factory=network)
+    executor = UpstreamExecutor(AddressPolicy(), resolver=resolver, connect_check=network)
     upstream = UpstreamCall()
     async with executor:
         with pytest.raises(ToolError) as caught:  # the upstream step, as tools/call runs it
@@ -117,9 +102,9 @@ async def test_offline_the_demo_frankfurter_call_is_upstream_unavailable(
     attempts = spec.execution_config.retries + 1  # a GET: every attempt was made, none hung
     assert upstream.attempts == caught.value.details["attempts"] == attempts
     assert upstream.status is None
-    # A name that resolved is cached by the connector (and judged again from the cache).
+    # A name that resolved is cached by the executor (and judged again from the cache).
     assert resolver.asked == [FRANKFURTER_HOST] * (attempts if answer is None else 1)
-    assert network.addresses == ([] if answer is None else [answer] * attempts)  # no socket made
+    assert network.addresses == ([] if answer is None else [answer] * attempts)  # nothing dialled
 
 
 async def test_the_demo_sales_api_answers_the_sales_get_operations(

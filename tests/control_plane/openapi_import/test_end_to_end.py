@@ -41,7 +41,12 @@ class Petstore:
 
     async def record(self, request: web.Request) -> None:
         body = await request.json() if request.can_read_body else None
-        headers = {k: v for k, v in request.headers.items() if k in ("Authorization", "api_key")}
+        # Header names in any case (HTTP's are case-insensitive; reqwest title-cases them).
+        headers = {
+            k.lower(): v
+            for k, v in request.headers.items()
+            if k.lower() in ("authorization", "api_key")
+        }
         self.seen.append((request.method, request.path_qs, headers, body))
 
     async def find(self, request: web.Request) -> web.Response:
@@ -155,7 +160,7 @@ async def test_imported_petstore_tools_are_listed_and_called_end_to_end(
         assert petstore.seen[-1] == (
             "GET",
             "/v2/pet/findByStatus?status=available&status=sold",
-            {"Authorization": "Bearer oauth-token"},
+            {"authorization": "Bearer oauth-token"},
             None,
         )
 

@@ -3,8 +3,8 @@
 The upstream is an HTTP server on 127.0.0.1 (a thread of its own), allowlisted through the
 control plane's own settings (``CRANK_UPSTREAM_ALLOWLIST``) and granted to the
 workspace, so the app's executor and SSRF guard are the ones a deployment builds. The guard tests swap
-in an executor with the same policy whose socket factory records every
-address it is asked for and opens sockets to 127.0.0.1 only: no packet leaves
+in an executor with the same policy whose connect check records every
+address it is asked for and lets only 127.0.0.1 be dialled: no packet leaves
 this machine even if the guard were wrong.
 """
 
@@ -295,7 +295,7 @@ async def test_missing_secret_is_secret_missing_naming_it_for_the_admin(
 
 
 def swap_executor(client: Client, app: Litestar) -> LoopbackOnly:
-    """The app's executor, same policy, but every socket goes through ``LoopbackOnly``.
+    """The app's executor, same policy, but every address to dial goes through ``LoopbackOnly``.
 
     Swapped on the app's own event loop (the test client's portal)."""
     state = app.state["crank"]
@@ -305,7 +305,7 @@ def swap_executor(client: Client, app: Litestar) -> LoopbackOnly:
     async def swap() -> None:
         policy = state.executor.policy
         await state.executor.close()
-        state.executor = UpstreamExecutor(policy, socket_factory=net)
+        state.executor = UpstreamExecutor(policy, connect_check=net)
         await state.executor.start()  # the lifespan closes whatever executor the state holds
 
     client.blocking_portal.call(swap)

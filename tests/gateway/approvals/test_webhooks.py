@@ -168,7 +168,7 @@ async def test_created_decided_and_completed_are_delivered_signed_and_masked(
     for r in receiver.received:
         assert TOKEN.encode() not in r.body
         assert hook["secret"].encode() not in r.body
-        assert r.headers["Content-Type"] == "application/json"
+        assert r.headers["content-type"] == "application/json"
     log = await delivery_log(client, shop_setup.admin, hook["id"])
     assert [(d["event"], d["status"], d["attempts"], d["last_status"]) for d in log] == [
         ("approval.completed", "delivered", 1, 204),

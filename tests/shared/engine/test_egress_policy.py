@@ -1,9 +1,9 @@
 """A workspace's egress policy at the guard's decision (shared.engine.egress,
-shared.engine.outbound.GuardedConnector).
+shared.engine.pinning, applied by shared.engine.outbound).
 
-No packet leaves this machine: names are answered by a resolver stub, sockets
-are refused (``NoSockets``) or opened to 127.0.0.1 only (``LoopbackOnly``), and
-the servers that must answer listen on 127.0.0.1.
+No packet leaves this machine: names are answered by a resolver stub, the connect
+check refuses every address (``NoSockets``) or all but 127.0.0.1 (``LoopbackOnly``),
+and the servers that must answer listen on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -153,13 +153,13 @@ def test_a_grant_matches_an_address_however_it_is_spelled() -> None:
     assert grant.matches(ipaddress.ip_address("::1"), "localhost", 8080)
 
 
-# --- inside the real connector ------------------------------------------------------------
+# --- inside the real executor ------------------------------------------------------------
 
 
 def executor(
     resolver: StubResolver, net: NoSockets | LoopbackOnly, operator: AddressPolicy
 ) -> UpstreamExecutor:
-    return UpstreamExecutor(operator, FAST, resolver=resolver, socket_factory=net)
+    return UpstreamExecutor(operator, FAST, resolver=resolver, connect_check=net)
 
 
 def get(url: str, workspace: EgressPolicy | None) -> UpstreamRequest:
@@ -176,7 +176,7 @@ async def test_a_host_outside_the_list_is_refused_before_resolving_or_dialing() 
     assert (resolver.asked, net.addresses) == ([], [])
 
 
-async def test_a_listed_public_host_reaches_the_socket_factory() -> None:
+async def test_a_listed_public_host_reaches_the_connect_check() -> None:
     resolver, net = StubResolver({"api.example.com": [PUBLIC]}), NoSockets()
     async with executor(resolver, net, policy()) as ex:
         with pytest.raises(UpstreamUnavailable):  # NoSockets refuses: the guard let it through
@@ -194,7 +194,7 @@ async def test_an_allowlisted_private_name_without_a_grant_is_refused_before_any
         ):
             await ex.execute(get(f"http://billing.internal:{PORT}/", egress()))
         assert net.addresses == []
-        with pytest.raises(UpstreamUnavailable):  # granted: the socket factory is asked
+        with pytest.raises(UpstreamUnavailable):  # granted: the connect check is asked
             await ex.execute(
                 get(f"http://billing.internal:{PORT}/", egress(grants=(f"10.0.0.5:{PORT}",)))
             )
@@ -288,4 +288,4 @@ async def test_a_pooled_connection_of_a_granted_workspace_is_not_reused_for_anot
             await ex.execute(get(url, other))
         assert (await ex.execute(get(url, granted))).status == 200  # the pool still serves it
     assert hits == [f"{first.port} /data", f"{first.port} /data"]
-    assert net.addresses == ["127.0.0.1"]  # one connection, opened once, reused by the grantee
+    assert net.addresses == ["127.0.0.1"]  # one pinned client, built once, reused by the grantee

@@ -1,8 +1,8 @@
 """The executor against real aiohttp servers on 127.0.0.1.
 
-Every executor here gets a socket factory that refuses any non-loopback
-address before a socket exists, so even a broken guard sends nothing off
-this machine; the guard's own refusals are asserted separately.
+Every executor here gets a connect check that refuses any non-loopback
+address before a client that could dial it exists, so even a broken guard
+sends nothing off this machine; the guard's own refusals are asserted separately.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from email.utils import formatdate
 
 import pytest
 from aiohttp import web
-from aiohttp.abc import AbstractResolver
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
@@ -41,18 +40,15 @@ FAST = ExecutorConfig(backoff_base_s=0.01, backoff_cap_s=0.02)
 
 
 class SocketNet:
-    """Records every address a socket is made for; refuses all but loopback."""
+    """Records every address a client is pinned to; refuses all but loopback."""
 
     def __init__(self) -> None:
         self.addresses: list[str] = []
 
-    def __call__(self, addr_info: tuple[object, ...]) -> socket.socket:
-        family, type_, proto, _, sockaddr = addr_info
-        host = str(sockaddr[0])  # type: ignore[index]
-        self.addresses.append(host)
-        if not ipaddress.ip_address(host).is_loopback:
-            raise ConnectionRefusedError(f"test net: refused {host}")
-        return socket.socket(family, type_, proto)  # type: ignore[arg-type]
+    def __call__(self, ip: str, port: int) -> None:
+        self.addresses.append(ip)
+        if not ipaddress.ip_address(ip).is_loopback:
+            raise ConnectionRefusedError(f"test net: refused {ip}")
 
 
 def text_handler(text: str) -> Handler:
@@ -81,7 +77,7 @@ async def servers() -> AsyncIterator[list[TestServer]]:
 def executor(
     *ports: int | None,
     config: ExecutorConfig = FAST,
-    resolver: AbstractResolver | None = None,
+    resolver: StubResolver | None = None,
     net: SocketNet | None = None,
     allow_private: bool = False,
 ) -> UpstreamExecutor:
@@ -89,7 +85,7 @@ def executor(
         allow_private=allow_private,
         allowlist=parse_allowlist([f"127.0.0.1:{p}" for p in ports if p]),
     )
-    return UpstreamExecutor(policy, config, resolver=resolver, socket_factory=net or SocketNet())
+    return UpstreamExecutor(policy, config, resolver=resolver, connect_check=net or SocketNet())
 
 
 def get(url: str, **kwargs: object) -> UpstreamRequest:
@@ -111,7 +107,7 @@ async def test_a_slow_upstream_raises_upstream_timeout(servers: list[TestServer]
             await ex.execute(get(str(server.make_url("/")), timeout_ms=100, retries=0))
     release.set()
     assert caught.value.code == "upstream_timeout"
-    assert caught.value.attempts == 1
+    assert (caught.value.attempts, caught.value.delivery) == (1, "unknown")
     assert time.monotonic() - started < 1
 
 
@@ -325,7 +321,7 @@ async def test_a_redirect_to_a_private_address_is_refused_before_connecting(
             await ex.execute(get(str(a.make_url("/"))))
     assert caught.value.code == "upstream_blocked"
     assert resolver.asked == ["internal.test"]
-    assert net.addresses == ["127.0.0.1"]  # only the first hop ever got a socket
+    assert net.addresses == ["127.0.0.1"]  # only the first hop was ever dialled
 
 
 @pytest.mark.parametrize(
@@ -558,3 +554,42 @@ async def test_a_cookie_an_upstream_sets_is_never_sent_back(servers: list[TestSe
             answer = await ex.execute(get(f"http://localhost:{server.port}/"))
             assert answer.status == 200
     assert seen == [None, None]
+
+
+async def test_a_timed_out_attempt_closes_its_connection_at_the_upstream() -> None:
+    """The deadline reaches reqwest itself: a cancelled await alone would leave
+    the Rust request (and its connection) running after the attempt ended."""
+    closed = asyncio.Event()
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.read(1)  # returns b"" once the client closes the connection
+        closed.set()
+        writer.close()
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with executor(port) as ex:
+            with pytest.raises(UpstreamTimeout):
+                await ex.execute(get(f"http://127.0.0.1:{port}/", timeout_ms=200, retries=0))
+            await asyncio.wait_for(closed.wait(), 1)
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_clients_past_the_cache_size_are_closed_and_built_again(
+    servers: list[TestServer],
+) -> None:
+    one, two = await serve(text_handler("one")), await serve(text_handler("two"))
+    servers.extend((one, two))
+    net = SocketNet()
+    config = ExecutorConfig(max_clients=1)
+    async with executor(one.port, two.port, config=config, net=net) as ex:
+        bodies = [
+            (await ex.execute(get(str(server.make_url("/"))))).body
+            for server in (one, two, one, one)
+        ]
+    assert bodies == [b"one", b"two", b"one", b"one"]
+    assert net.addresses == ["127.0.0.1"] * 3  # the evicted client for `one` was rebuilt once

@@ -1,11 +1,10 @@
 """The SSRF guard at its decision point, inside the real connector.
 
 No packet leaves this machine even when the guard is wrong: names are
-answered by resolver stubs (never the system resolver), and the socket
-factory records every address aiohttp asks a socket for and refuses to make
-one. "Blocked" means the guard refused before any socket was asked for;
-"allowed" means the socket factory was asked for exactly that address (and
-refused it). Only tests that need a real answer talk to a server on
+answered by resolver stubs (never the system resolver), and the connect check
+records every address a client would be pinned to and refuses it. "Blocked"
+means the guard refused before any address reached the check; "allowed" means
+the check was asked for exactly that address (and refused it). Only tests that need a real answer talk to a server on
 127.0.0.1. The address categories themselves are tests/shared/test_ssrf.py.
 """
 
@@ -15,7 +14,6 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
-from aiohttp.abc import AbstractResolver
 from aiohttp.test_utils import TestServer
 
 from shared.engine.outbound import (
@@ -33,14 +31,14 @@ PORT = 18443  # never listened on: nothing here connects to it
 
 
 def executor(
-    resolver: AbstractResolver,
+    resolver: StubResolver,
     net: NoSockets | LoopbackOnly,
     *,
     allow_private: bool = False,
     allowlist: tuple[str, ...] = (),
 ) -> UpstreamExecutor:
     policy = AddressPolicy(allow_private=allow_private, allowlist=parse_allowlist(allowlist))
-    return UpstreamExecutor(policy, FAST, resolver=resolver, socket_factory=net)
+    return UpstreamExecutor(policy, FAST, resolver=resolver, connect_check=net)
 
 
 def get(url: str, retries: int = 0) -> UpstreamRequest:
@@ -151,8 +149,8 @@ async def test_a_metadata_ip_literal_is_refused_with_private_upstreams_allowed(u
 
 @pytest.mark.parametrize("host", ["2130706433", "127.1", "017700000001", "0177.0.0.1", "127.0.1"])
 async def test_a_legacy_numeric_ipv4_host_is_blocked_even_with_private_allowed(host: str) -> None:
-    # socket libraries read these as 127.0.0.1; aiohttp refuses them as invalid
-    # URLs, which used to surface as upstream_response_invalid.
+    # socket libraries and reqwest's URL parser read these as 127.0.0.1: refused
+    # as an address trick, whatever that address's verdict would be.
     resolver, net = StubResolver(), NoSockets()
     async with executor(resolver, net, allow_private=True) as ex:
         with pytest.raises(UpstreamBlocked):
@@ -161,15 +159,17 @@ async def test_a_legacy_numeric_ipv4_host_is_blocked_even_with_private_allowed(h
 
 
 @pytest.mark.parametrize("host", ["0x7f000001", "0x7f.1", "0x7f.0.0.1"])
-async def test_a_hex_host_is_judged_by_the_address_it_resolves_to(host: str) -> None:
+async def test_a_hex_host_is_judged_by_the_address_it_stands_for(host: str) -> None:
+    # reqwest's URL parser (WHATWG) reads these as 127.0.0.1 and would dial that
+    # literal, never a resolver's answer: the guard judges that same literal.
     resolver, net = StubResolver(numeric=True), NoSockets()
     async with executor(resolver, net, allowlist=("127.0.0.1:1",)) as ex:
-        with pytest.raises(UpstreamBlocked):
+        with pytest.raises(UpstreamBlocked, match=r"127\.0\.0\.1:18443 resolves only to refused"):
             await ex.execute(get(f"http://{host}:{PORT}/"))
-    assert (resolver.asked, net.addresses) == ([host], [])
+    assert (resolver.asked, net.addresses) == ([], [])
 
 
-async def test_public_answers_pass_the_guard_and_reach_the_socket_factory() -> None:
+async def test_public_answers_pass_the_guard_and_reach_the_connect_check() -> None:
     resolver = StubResolver({"public.test": ["93.184.216.34", "2606:4700:4700::1111"]})
     net = NoSockets()
     async with executor(resolver, net) as ex:
@@ -182,7 +182,7 @@ async def test_public_answers_pass_the_guard_and_reach_the_socket_factory() -> N
     )
 
 
-async def test_only_the_public_answers_of_a_mixed_name_reach_the_socket_factory() -> None:
+async def test_only_the_public_answers_of_a_mixed_name_reach_the_connect_check() -> None:
     resolver = StubResolver({"mixed.test": ["169.254.169.254", "10.0.0.5", "93.184.216.34"]})
     net = NoSockets()
     async with executor(resolver, net) as ex:
