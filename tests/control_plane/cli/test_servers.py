@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
 
@@ -80,6 +82,37 @@ def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 6
     pytest.fail(f"{url} did not answer within {timeout_s} s")
 
 
+@contextlib.contextmanager
+def serving(command: str, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    """``crank COMMAND`` until the block ends; killed, with its workers, if still running."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "control_plane.cli", command],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    workers = descendants(process.pid)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            workers |= descendants(process.pid)
+            process.kill()
+            process.wait()
+            for pid in workers:
+                if running(pid):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def stop_with_sigterm(process: subprocess.Popen[bytes]) -> set[int]:
+    """SIGTERM ``process`` and wait for its clean exit; returns the workers it had."""
+    workers = descendants(process.pid)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+    return workers
+
+
 @pytest.mark.parametrize(
     ("command", "port_variable"),
     [
@@ -100,26 +133,9 @@ def test_server_command_serves_until_sigterm(
         CRANK_GATEWAY_WORKERS="1",
         **{port_variable: str(port)},
     )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "control_plane.cli", command],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    workers: set[int] = set()
-    try:
+    with serving(command, env) as process:
         _wait_ready(f"http://127.0.0.1:{port}/readyz", process)
-        workers = descendants(process.pid)
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        for pid in workers:
-            if running(pid):
-                os.kill(pid, signal.SIGKILL)
+        workers = stop_with_sigterm(process)
 
     assert [pid for pid in workers if running(pid)] == []
     assert not accepts_connections(port)
@@ -150,31 +166,14 @@ def test_gateway_workers_each_serve_the_endpoint_and_their_own_metrics_port(
         CRANK_METRICS_PORT=str(metrics_port),
         CRANK_GATEWAY_WORKERS="2",
     )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "control_plane.cli", "mcp-server"],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    workers: set[int] = set()
-    try:
+    with serving("mcp-server", env) as process:
         _wait_ready(f"http://127.0.0.1:{port}/readyz", process)
         deadline = time.monotonic() + 30
         while not all(accepts_connections(p) for p in (metrics_port, metrics_port + 1)):
             assert time.monotonic() < deadline, "a worker serves no metrics"
             time.sleep(0.2)
         served = [_metrics(p) for p in (metrics_port, metrics_port + 1)]
-        workers = descendants(process.pid)
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        for pid in workers:
-            if running(pid):
-                os.kill(pid, signal.SIGKILL)
+        workers = stop_with_sigterm(process)
 
     assert all("crank_snapshot_version" in text for text in served)
     assert len(workers) >= 2  # granian's two workers (and any helper processes)
