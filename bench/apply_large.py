@@ -56,6 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.gateway_tools_call import free_port, stop  # noqa: E402
+from bench.harness import drop_database  # noqa: E402
 from control_plane.services.tokens import create_admin_token  # noqa: E402
 from shared.crypto import KeyHasher  # noqa: E402
 from shared.db import connect  # noqa: E402
@@ -302,10 +303,7 @@ def run(args: argparse.Namespace) -> int:
         if process is not None:
             stop(process)
         if not args.keep:
-            with psycopg.connect(server, autocommit=True) as conn:
-                conn.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-                )
+            drop_database(server, name)
 
     baseline = rows[0].seconds
     print()

@@ -59,10 +59,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import psycopg
-from litestar.testing import AsyncTestClient
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import Jsonb
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,20 +73,15 @@ from bench.gateway_tools_call import (  # noqa: E402
     wait_up,
     write_lua,
 )
-from control_plane.app import create_app  # noqa: E402
-from control_plane.services.tokens import create_admin_token  # noqa: E402
+from bench.harness import SECRET, admin_api, create_database, drop_database, grant_loopback  # noqa: E402
 from mcp_gateway.approvals.leases import CHANNEL  # noqa: E402
 from mcp_gateway.approvals.store import new_approval_id  # noqa: E402
-from shared.crypto import KeyHasher  # noqa: E402
 from shared.db import connect  # noqa: E402
 from shared.engine.canonical import arguments_hash  # noqa: E402
 from shared.engine.compiler import compile_operation  # noqa: E402
 from shared.engine.spec import operation_from_builtins  # noqa: E402
 from shared.logging import configure_logging  # noqa: E402
-from shared.migrate import migrate  # noqa: E402
-from shared.settings import Settings  # noqa: E402
 
-SECRET = "bench-secret-key-that-is-long-enough-0123456789"  # noqa: S105 - throwaway bench db
 TOOL = "create_order"
 TARGET_PER_S = 500.0  # the performance issue's target 9
 SETTLE_S = 11.0  # > PGSTAT_IDLE_INTERVAL (10 s): every backend has flushed its counters
@@ -126,31 +117,10 @@ def order_spec(port: int) -> dict[str, Any]:
 
 async def seed(url: str, upstream_port: int) -> tuple[str, str]:
     """The workspace, operation and agent; (agent key, approval key)."""
-    await migrate(url)
-    async with await connect(url) as conn:
-        admin = (
-            await create_admin_token(conn, KeyHasher(SECRET), name="bench", role="admin")
-        ).token
-        await conn.commit()
-    h = {"Authorization": f"Bearer {admin}"}
-    app = create_app(Settings(database_url=url, secret_key=SECRET))
-    async with AsyncTestClient(app=app) as client:
-
-        async def checked(method: str, path: str, **kwargs: Any) -> Any:
-            response = await client.request(method, path, headers=h | kwargs.pop("h", {}), **kwargs)
-            if response.status_code >= 300:
-                raise RuntimeError(f"{method} {path}: {response.status_code} {response.text}")
-            return response
-
+    async with admin_api(url) as checked:
         await checked("POST", "/api/v1/workspaces", json={"slug": "bench"})
         base = "/api/v1/workspaces/bench"
-        egress = await checked("GET", f"{base}/egress")
-        await checked(
-            "PUT",
-            f"{base}/egress/grants",
-            json={"grants": [f"127.0.0.1:{upstream_port}"]},
-            h={"If-Match": egress.headers["etag"]},
-        )
+        await grant_loopback(checked, "bench", upstream_port)
         op = await checked("POST", f"{base}/operations", json=order_spec(upstream_port))
         await checked(
             "POST", f"{base}/operations/{TOOL}/publish", h={"If-Match": op.headers["etag"]}
@@ -405,15 +375,7 @@ async def main(args: argparse.Namespace) -> int:
         return 2
     configure_logging("warning", json=False)
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    server = os.environ.get(
-        "CRANK_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-    )
-    name = f"crank_bench_approvals_{os.getpid()}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = conninfo_to_dict(server)
-    params["dbname"] = name
-    url = make_conninfo(**params)  # type: ignore[arg-type]
+    server, name, url = create_database("approvals")
     workdir = Path(tempfile.mkdtemp(prefix="crank-bench-approvals-"))
     processes: list[subprocess.Popen[bytes]] = []
     try:
@@ -490,10 +452,7 @@ async def main(args: argparse.Namespace) -> int:
         for process in reversed(processes):
             stop(process)
         shutil.rmtree(workdir, ignore_errors=True)
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        drop_database(server, name)
 
 
 if __name__ == "__main__":

@@ -63,15 +63,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import psycopg
 from litestar.testing import AsyncTestClient
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.catalog_seed import SECRET, Seeded, seed  # noqa: E402
+from bench.catalog_seed import Seeded, seed  # noqa: E402
 from bench.gateway_tools_call import (  # noqa: E402
     WrkResult,
     free_port,
@@ -81,6 +78,7 @@ from bench.gateway_tools_call import (  # noqa: E402
     tail,
     write_lua,
 )
+from bench.harness import SECRET, create_database, drop_database  # noqa: E402
 from control_plane.app import create_app  # noqa: E402
 from shared.logging import configure_logging  # noqa: E402
 from shared.settings import Settings  # noqa: E402
@@ -380,15 +378,7 @@ async def main(args: argparse.Namespace) -> int:
     os.sched_setaffinity(0, {cpus[1]})
     configure_logging("warning", json=False)
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    server = os.environ.get(
-        "CRANK_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-    )
-    name = f"crank_bench_catalog_{os.getpid()}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = conninfo_to_dict(server)
-    params["dbname"] = name
-    url = make_conninfo(**params)  # type: ignore[arg-type]
+    server, name, url = create_database("catalog")
     workdir = Path(tempfile.mkdtemp(prefix="crank-bench-catalog-"))
     replicas = [
         Replica("A", cpus[0], free_port(), free_port(), workdir / "a.log"),
@@ -484,10 +474,7 @@ async def main(args: argparse.Namespace) -> int:
         for replica in replicas:
             if replica.process is not None:
                 stop(replica.process)
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        drop_database(server, name)
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
 

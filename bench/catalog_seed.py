@@ -14,18 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from litestar.testing import AsyncTestClient
 from psycopg.types.json import Jsonb
 
-from control_plane.app import create_app
-from control_plane.services.tokens import create_admin_token
-from shared.crypto import KeyHasher
+from bench.harness import admin_api, admin_token
 from shared.db import connect
 from shared.engine.spec import spec_to_builtins
-from shared.migrate import migrate
-from shared.settings import Settings
-
-SECRET = "bench-secret-key-that-is-long-enough-0123456789"  # noqa: S105 - throwaway bench db
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,24 +69,10 @@ def stored(spec: dict[str, Any]) -> dict[str, Any]:
 async def seed(
     url: str, workspaces: int, agents_per_workspace: int, tools_per_agent: int
 ) -> Seeded:
-    await migrate(url)
-    async with await connect(url) as conn:
-        admin = (
-            await create_admin_token(conn, KeyHasher(SECRET), name="bench", role="admin")
-        ).token
-        await conn.commit()
-    h = {"Authorization": f"Bearer {admin}"}
-    app = create_app(Settings(database_url=url, secret_key=SECRET))
     keys: dict[tuple[str, str], str] = {}
     operations: dict[tuple[str, str], list[str]] = {}
-    async with AsyncTestClient(app=app) as client:
-
-        async def checked(method: str, path: str, **kwargs: Any) -> Any:
-            response = await client.request(method, path, headers=h | kwargs.pop("h", {}), **kwargs)
-            if response.status_code >= 300:
-                raise RuntimeError(f"{method} {path}: {response.status_code} {response.text}")
-            return response
-
+    admin = await admin_token(url)
+    async with admin_api(url, token=admin) as checked:
         for w in range(workspaces):
             await checked("POST", "/api/v1/workspaces", json={"slug": f"ws{w}"})
         async with await connect(url) as conn:

@@ -97,23 +97,20 @@ from typing import Any
 import aiohttp
 import msgspec
 import psycopg
-from litestar.testing import AsyncTestClient
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.harness import (  # noqa: E402
+    SECRET,
+    admin_api,
+    create_database,
+    drop_database,
+    grant_loopback,
+)
 from bench.rates_upstream import DATE, RATE  # noqa: E402
-from control_plane.app import create_app  # noqa: E402
-from control_plane.services.tokens import create_admin_token  # noqa: E402
-from shared.crypto import KeyHasher  # noqa: E402
-from shared.db import connect  # noqa: E402
 from shared.logging import configure_logging  # noqa: E402
-from shared.migrate import migrate  # noqa: E402
-from shared.settings import Settings  # noqa: E402
 
-SECRET = "bench-secret-key-that-is-long-enough-0123456789"  # noqa: S105 - throwaway bench db
 PATH = "/mcp/v1/bench/rates"
 TOOL = "latest_rate"
 ARGUMENTS = {"base": "USD", "quote": "EUR"}
@@ -288,13 +285,6 @@ def run_wrk(cpu: int, url: str, script: Path, connections: int, seconds: float) 
 
 
 async def seed(url: str, upstream_port: int) -> str:
-    await migrate(url)
-    async with await connect(url) as conn:
-        admin = (
-            await create_admin_token(conn, KeyHasher(SECRET), name="bench", role="admin")
-        ).token
-        await conn.commit()
-    h = {"Authorization": f"Bearer {admin}"}
     spec = {
         "name": TOOL,
         "title": "Latest exchange rate",
@@ -319,25 +309,10 @@ async def seed(url: str, upstream_port: int) -> str:
         },
         "response": {"select": "{base: base, date: date, rates: rates}", "max_items": 50},
     }
-    app = create_app(Settings(database_url=url, secret_key=SECRET))
-    async with AsyncTestClient(app=app) as client:
-
-        async def checked(method: str, path: str, **kwargs: Any) -> Any:
-            response = await client.request(method, path, headers=h | kwargs.pop("h", {}), **kwargs)
-            if response.status_code >= 300:
-                raise RuntimeError(f"{method} {path}: {response.status_code} {response.text}")
-            return response
-
+    async with admin_api(url) as checked:
         await checked("POST", "/api/v1/workspaces", json={"slug": "bench"})
         base = "/api/v1/workspaces/bench"
-        # The upstream is on loopback: the instance admin grants it to the workspace.
-        egress = await checked("GET", f"{base}/egress")
-        await checked(
-            "PUT",
-            f"{base}/egress/grants",
-            json={"grants": [f"127.0.0.1:{upstream_port}"]},
-            h={"If-Match": egress.headers["etag"]},
-        )
+        await grant_loopback(checked, "bench", upstream_port)  # the upstream is on loopback
         op = await checked("POST", f"{base}/operations", json=spec)
         await checked(
             "POST", f"{base}/operations/{TOOL}/publish", h={"If-Match": op.headers["etag"]}
@@ -602,15 +577,7 @@ async def main(args: argparse.Namespace) -> int:
 
     configure_logging("warning", json=False)
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    server = os.environ.get(
-        "CRANK_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-    )
-    name = f"crank_bench_call_{os.getpid()}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = conninfo_to_dict(server)
-    params["dbname"] = name
-    url = make_conninfo(**params)  # type: ignore[arg-type]
+    server, name, url = create_database("call")
     workdir = Path(tempfile.mkdtemp(prefix="crank-bench-"))
     processes: list[subprocess.Popen[bytes]] = []
     # FastMCP's helpers import this module's; imported here, once it is complete.
@@ -757,10 +724,7 @@ async def main(args: argparse.Namespace) -> int:
             stop(process)
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
-            with psycopg.connect(server, autocommit=True) as conn:
-                conn.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-                )
+            drop_database(server, name)
 
 
 if __name__ == "__main__":

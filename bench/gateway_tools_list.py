@@ -28,10 +28,6 @@ from typing import Any
 
 import aiohttp
 import msgspec
-import psycopg
-from litestar.testing import AsyncTestClient
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -48,15 +44,9 @@ from bench.gateway_tools_call import (  # noqa: E402
     wait_up,
     write_lua,
 )
-from control_plane.app import create_app  # noqa: E402
-from control_plane.services.tokens import create_admin_token  # noqa: E402
-from shared.crypto import KeyHasher  # noqa: E402
-from shared.db import connect  # noqa: E402
+from bench.harness import SECRET, admin_api, create_database, drop_database  # noqa: E402
 from shared.logging import configure_logging  # noqa: E402
-from shared.migrate import migrate  # noqa: E402
-from shared.settings import Settings  # noqa: E402
 
-SECRET = "bench-secret-key-that-is-long-enough-0123456789"  # noqa: S105 - throwaway bench db
 PATH = "/mcp/v1/bench/catalog"
 TARGET_P50_MS = 1.0
 _NOUNS = ("invoice", "order", "customer", "shipment", "refund", "ticket", "product", "coupon")
@@ -85,22 +75,7 @@ def operation(index: int) -> dict[str, Any]:
 
 
 async def seed(url: str, tools: int) -> str:
-    await migrate(url)
-    async with await connect(url) as conn:
-        admin = (
-            await create_admin_token(conn, KeyHasher(SECRET), name="bench", role="admin")
-        ).token
-        await conn.commit()
-    h = {"Authorization": f"Bearer {admin}"}
-    app = create_app(Settings(database_url=url, secret_key=SECRET))
-    async with AsyncTestClient(app=app) as client:
-
-        async def checked(method: str, path: str, **kwargs: Any) -> Any:
-            response = await client.request(method, path, headers=h | kwargs.pop("h", {}), **kwargs)
-            if response.status_code >= 300:
-                raise RuntimeError(f"{method} {path}: {response.status_code} {response.text}")
-            return response
-
+    async with admin_api(url) as checked:
         await checked("POST", "/api/v1/workspaces", json={"slug": "bench"})
         base = "/api/v1/workspaces/bench"
         names = []
@@ -159,15 +134,7 @@ async def main(seconds: float, tools: int) -> int:
     server_cpu, client_cpu = cpus[0], cpus[1]
     configure_logging("warning", json=False)
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    server = os.environ.get(
-        "CRANK_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-    )
-    name = f"crank_bench_list_{os.getpid()}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = conninfo_to_dict(server)
-    params["dbname"] = name
-    url = make_conninfo(**params)  # type: ignore[arg-type]
+    server, name, url = create_database("list")
     workdir = Path(tempfile.mkdtemp(prefix="crank-bench-list-"))
     processes: list[subprocess.Popen[bytes]] = []
     try:
@@ -258,10 +225,7 @@ async def main(seconds: float, tools: int) -> int:
         for process in reversed(processes):
             stop(process)
         shutil.rmtree(workdir, ignore_errors=True)
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        drop_database(server, name)
 
 
 if __name__ == "__main__":
