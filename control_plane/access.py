@@ -99,17 +99,20 @@ def access_problem(
 
 
 def check_declared_access(
-    routes: Iterable[BaseRoute], under: str, public: str, admission: Callable[..., Any]
+    routes: Iterable[BaseRoute],
+    under: str,
+    public: tuple[str, ...],
+    admission: Callable[..., Any],
 ) -> None:
-    """Refuse to start when a route below ``under`` (but not below ``public``) has
-    no access declaration that ``admission`` (the app's ``before_request`` hook)
+    """Refuse to start when a route below ``under`` (but not below one of ``public``)
+    has no access declaration that ``admission`` (the app's ``before_request`` hook)
     enforces; Litestar's automatic OPTIONS answers are left alone."""
     problems = [
         f"{sorted(handler.http_methods)} {route.path} {problem}"
         for route in routes
         if isinstance(route, HTTPRoute)
-        and route.path.startswith(f"{under}/")
-        and not (route.path == public or route.path.startswith(f"{public}/"))
+        and (route.path == under or route.path.startswith(f"{under}/"))
+        and not any(route.path == path or route.path.startswith(f"{path}/") for path in public)
         for handler in route.route_handlers
         if handler.http_methods != {"OPTIONS"}
         and (problem := access_problem(route, handler, admission)) is not None

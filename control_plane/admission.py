@@ -19,6 +19,11 @@ The caller and the workspace stay in the request's scope for the ``principal``
 and ``ws`` dependencies (control_plane.deps). Routes that declare no access
 (health, readiness, the OpenAPI document) only get step 2; an admin route
 cannot be one of them (``control_plane.access.check_declared_access``).
+
+Web console routes (``control_plane.console``) are admitted the same way, by
+the same role declarations, with the session cookie in place of the bearer
+token; their writes must also pass the console's request checks (same
+origin, the session's CSRF token) before the handler runs.
 """
 
 from __future__ import annotations
@@ -35,10 +40,12 @@ from control_plane.auth import (
     Role,
     Workspace,
     authenticate,
+    authenticate_session,
     bearer_token,
     load_workspace,
     require_instance_admin,
 )
+from control_plane.console.guard import check_console_write, is_console, session_hash
 from control_plane.errors import ValidationFailed
 from control_plane.request_body import load_body, takes_body
 from control_plane.request_checks import nul_in_path, nul_in_query
@@ -53,6 +60,7 @@ class Admitted:
 
     principal: Principal
     workspace: Workspace | None
+    csrf: str | None = None  # the console session's CSRF token; None for a bearer token
 
 
 def _check_path_and_query(request: Request[Any, Any, Any]) -> None:
@@ -67,12 +75,20 @@ async def admit(request: Request[Any, Any, Any]) -> None:
     access = declared_access(handler)
     app_state = request.app.state["crank"]
     assert isinstance(app_state, AppState)
+    console = is_console(handler)
+    csrf = None
     if access is None:
         _check_path_and_query(request)
     else:
-        token = bearer_token(request)
+        # The credential's shape is checked before a connection is taken.
+        cookie_hash = session_hash(request) if console else None
+        token = None if console else bearer_token(request)
         async with app_state.pool.connection() as conn:
-            principal = await authenticate(conn, app_state, token)
+            if cookie_hash is not None:
+                principal, csrf = await authenticate_session(conn, app_state, cookie_hash)
+            else:
+                assert token is not None
+                principal = await authenticate(conn, app_state, token)
             _check_path_and_query(request)
             workspace = None
             if access is INSTANCE_ADMIN:
@@ -80,8 +96,10 @@ async def admit(request: Request[Any, Any, Any]) -> None:
             elif isinstance(access, Role):
                 slug = request.path_params[WORKSPACE_PARAMETER]
                 workspace = await load_workspace(conn, principal, slug, access)
-        cast("dict[str, Any]", request.scope)[_SCOPE_KEY] = Admitted(principal, workspace)
-    if takes_body(handler):
+        cast("dict[str, Any]", request.scope)[_SCOPE_KEY] = Admitted(principal, workspace, csrf)
+    if console:
+        await check_console_write(request, app_state.settings, csrf)
+    elif takes_body(handler):
         await load_body(request, app_state.settings)
 
 

@@ -12,6 +12,14 @@ from litestar.openapi.spec import Components, SecurityScheme
 
 from control_plane.access import check_declared_access
 from control_plane.admission import admit
+from control_plane.console.router import (
+    PREFIX as CONSOLE_PREFIX,
+)
+from control_plane.console.router import (
+    SIGN_IN_PATHS,
+    console_router,
+    template_config,
+)
 from control_plane.deps import CrankState, dependencies
 from control_plane.errors import exception_handlers
 from control_plane.routes import route_handlers
@@ -77,7 +85,13 @@ def create_app(settings: Settings | None = None) -> Litestar:
             await pool.close()
 
     app = Litestar(
-        route_handlers=[healthz, readyz, Router(API_PREFIX, route_handlers=route_handlers)],
+        route_handlers=[
+            healthz,
+            readyz,
+            Router(API_PREFIX, route_handlers=route_handlers),
+            console_router,
+        ],
+        template_config=template_config,
         dependencies=dependencies,
         exception_handlers=exception_handlers,
         before_request=admit,  # access, then the body (docs/architecture.md, "Request admission")
@@ -104,5 +118,6 @@ def create_app(settings: Settings | None = None) -> Litestar:
             security=[{"adminToken": []}],
         ),
     )
-    check_declared_access(app.routes, under=API_PREFIX, public=SCHEMA_PATH, admission=admit)
+    check_declared_access(app.routes, under=API_PREFIX, public=(SCHEMA_PATH,), admission=admit)
+    check_declared_access(app.routes, under=CONSOLE_PREFIX, public=SIGN_IN_PATHS, admission=admit)
     return app

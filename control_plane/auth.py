@@ -40,6 +40,7 @@ class Principal:
 
     user_id: int
     name: str
+    token_id: int
     token_prefix: str
     is_instance_admin: bool
     roles: dict[int, Role] = field(default_factory=dict)  # workspace id -> role
@@ -78,14 +79,17 @@ def bearer_token(request: Request[Any, Any, Any]) -> str:
     return token
 
 
+_PRINCIPAL_COLUMNS = "t.id, t.prefix, t.hash, u.id AS user_id, u.name, u.is_instance_admin"
+_NOT_REVOKED_OR_EXPIRED = "t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())"
+
+
 async def authenticate(conn: Connection, state: AppState, token: str) -> Principal:
     """The caller of a live admin token (from ``bearer_token``), its use recorded;
     raises Unauthorized (401)."""
     cur = await conn.execute(
-        """SELECT t.id, t.prefix, t.hash, u.id AS user_id, u.name, u.is_instance_admin
-             FROM admin_tokens t JOIN admin_users u ON u.id = t.user_id
-            WHERE t.hash = ANY(%s) AND t.revoked_at IS NULL
-              AND (t.expires_at IS NULL OR t.expires_at > now())""",
+        f"""SELECT {_PRINCIPAL_COLUMNS}
+              FROM admin_tokens t JOIN admin_users u ON u.id = t.user_id
+             WHERE t.hash = ANY(%s) AND {_NOT_REVOKED_OR_EXPIRED}""",
         (state.hasher.candidates(token),),
     )
     row = await cur.fetchone()
@@ -94,6 +98,29 @@ async def authenticate(conn: Connection, state: AppState, token: str) -> Princip
     current = state.hasher.hash(token)
     if row["hash"] != current:  # stored under a previous CRANK_SECRET_KEY: upgrade it
         await conn.execute("UPDATE admin_tokens SET hash = %s WHERE id = %s", (current, row["id"]))
+    return await _principal(conn, state, row)
+
+
+async def authenticate_session(
+    conn: Connection, state: AppState, session_hash: bytes
+) -> tuple[Principal, str]:
+    """The caller of a live console session and the session's CSRF token; the admin
+    token it was opened with must still be live. Raises Unauthorized (401)."""
+    cur = await conn.execute(
+        f"""SELECT {_PRINCIPAL_COLUMNS}, s.csrf
+              FROM console_sessions s
+              JOIN admin_tokens t ON t.id = s.token_id
+              JOIN admin_users u ON u.id = t.user_id
+             WHERE s.hash = %s AND s.expires_at > now() AND {_NOT_REVOKED_OR_EXPIRED}""",
+        (session_hash,),
+    )
+    row = await cur.fetchone()
+    if row is None:
+        raise Unauthorized("the console session has ended: sign in again")
+    return await _principal(conn, state, row), row["csrf"]
+
+
+async def _principal(conn: Connection, state: AppState, row: dict[str, Any]) -> Principal:
     state.token_use.mark(row["id"])
     cur = await conn.execute(
         "SELECT workspace_id, role FROM workspace_members WHERE user_id = %s", (row["user_id"],)
@@ -102,6 +129,7 @@ async def authenticate(conn: Connection, state: AppState, token: str) -> Princip
     return Principal(
         user_id=row["user_id"],
         name=row["name"],
+        token_id=row["id"],
         token_prefix=row["prefix"],
         is_instance_admin=row["is_instance_admin"],
         roles=roles,

@@ -83,6 +83,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # The body of apply and OpenAPI import (editors only), and an OpenAPI document fetched by URL.
     max_document_bytes: int = 33_554_432
     db_pool_size: int = 10
+    # The web console (docs/architecture.md, "The console"): how long a sign-in lasts,
+    # and the session cookie's Secure flag: auto = when the request came over https
+    # (set "always" behind a proxy that terminates TLS).
+    console_session_ttl_s: int = 43200
+    console_cookie_secure: Literal["auto", "always", "never"] = "auto"
 
     def default_rate_limit(self) -> tuple[int, int] | None:
         """(requests, per_seconds) of CRANK_RATE_LIMIT; None when it is "off"."""
@@ -180,6 +185,11 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     settings = Settings(**values)
     if settings.language not in ("en", "ru"):
         raise SettingsError(f"CRANK_LANGUAGE must be en or ru, got {settings.language!r}")
+    if settings.console_cookie_secure not in ("auto", "always", "never"):
+        raise SettingsError(
+            "CRANK_CONSOLE_COOKIE_SECURE must be auto, always or never, "
+            f"got {settings.console_cookie_secure!r}"
+        )
     if settings.mcp_refresh_ms < 100:
         raise SettingsError("CRANK_MCP_REFRESH_MS must be at least 100")
     settings.default_rate_limit()  # raises on a value it cannot read
@@ -198,6 +208,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         "confirmation_ttl_s",
         "elicitation_ttl_s",
         "idempotency_retention_s",
+        "console_session_ttl_s",
     ):
         if not 1 <= getattr(settings, name) <= 31_536_000:
             raise SettingsError(f"CRANK_{name.upper()} must be between 1 and 31536000")

@@ -70,6 +70,7 @@ def render(
     database: str,
     sales_url: str,
     gateway_running: bool,
+    console_link: str = "",
 ) -> str:
     """The text ``crank up`` prints when ready; it shows the dev credentials on purpose."""
     cp = state.control_plane_url
@@ -91,6 +92,7 @@ def render(
         READY_LINE,
         "",
         f"  control plane    {cp}   (API docs: {cp}/api/v1/schema/docs)",
+        f"  web console      {cp}/ui/",
         f"  MCP gateway      {mcp}{gateway_note}",
         f"  demo sales API   {sales_url}",
         f"  database         {database}",
@@ -101,6 +103,15 @@ def render(
         f"  sales agent key            {state.agent_keys.get('sales', '')}",
         f"  sales approval key         {state.approval_keys.get('sales', '')}",
         "",
+        *(
+            [
+                "Sign in to the web console as the dev admin (a one-time link, valid 1 hour):",
+                f"  {console_link}",
+                "",
+            ]
+            if console_link
+            else []
+        ),
         "Try it:",
         f"  curl {cp}/api/v1/workspaces -H 'Authorization: Bearer {state.admin_token}'",
         "",

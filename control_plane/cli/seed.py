@@ -35,6 +35,7 @@ async def ensure_workspace(conn: Connection, slug: str, actor: str) -> Workspace
         principal = Principal(
             user_id=0,
             name=actor,
+            token_id=0,
             token_prefix="cli",  # noqa: S106 - a label, not a secret
             is_instance_admin=True,
         )

@@ -48,6 +48,7 @@ from control_plane.cli.devstate import (
 from control_plane.cli.runtime import ChildFailed, Supervisor
 from control_plane.cli.seed import ensure_workspace, seed_demo
 from control_plane.cli.servers_cmd import control_plane_argv, gateway_argv
+from control_plane.console.sessions import sign_in_link_for_token
 from control_plane.demo import DEMO_WORKSPACE, demo_sales_port
 from shared.crypto import KeyHasher
 from shared.db import connect
@@ -59,6 +60,7 @@ log = structlog.get_logger(__name__)
 
 UP_ACTOR = "crank up"
 READY_TIMEOUT_S = 60.0
+CONSOLE_LINK_TTL_S = 3600  # the banner's one-time console sign-in link
 
 
 class Shutdown(BaseException):
@@ -102,6 +104,7 @@ def _check_port_free(host: str, port: int, variable: str) -> None:
 class Prepared:
     admin_token: str
     keys: dict[tuple[str, str], str]  # (agent, kind) -> key
+    console_code: str  # a one-time sign-in link's code, for the banner
 
 
 async def _prepare(
@@ -118,9 +121,11 @@ async def _prepare(
             keys[agent, kind] = await ensure_api_key(
                 conn, hasher, workspace, UP_ACTOR, agent=agent, kind=kind, saved=saved
             )
+        console_code = await sign_in_link_for_token(conn, hasher, token, CONSOLE_LINK_TTL_S)
+        assert console_code is not None  # ensure_admin_token has just registered it
         await conn.commit()
     log.info("demo_seeded", changed=plan.changed)
-    return Prepared(admin_token=token, keys=keys)
+    return Prepared(admin_token=token, keys=keys, console_code=console_code)
 
 
 def _child_env(
@@ -210,6 +215,7 @@ def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:
             database=database_label,
             sales_url=f"http://127.0.0.1:{sales_port}",
             gateway_running=True,
+            console_link=f"{state.control_plane_url}/ui/sign-in/link?code={prepared.console_code}",
         ),
         flush=True,
     )

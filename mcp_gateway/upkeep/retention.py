@@ -1,5 +1,5 @@
 """Prune what only grows: old call log and audit rows, finished approvals and
-webhook deliveries, expired session ends.
+webhook deliveries, expired session ends and console sessions.
 
 Every gateway process runs the loop; a Postgres advisory lock lets one of
 them work at a time, and the others skip that round. Rows go in batches of
@@ -72,6 +72,9 @@ def rules(settings: Settings) -> list[Rule]:
             settings.webhook_retention_days,
         ),
         Rule("mcp_session_terminations", "expires_at < now()", None),
+        # The web console's expired sessions and sign-in links (control_plane.console).
+        Rule("console_sessions", "expires_at < now()", None),
+        Rule("console_sign_in_links", "expires_at < now()", None, key="hash"),
         # A waiter deletes its row; only a crashed replica's row is left here.
         Rule("elicitation_answers", "created_at < now() - interval '1 day'", None),
         # A used token past its expiry is refused for being expired anyway.

@@ -329,7 +329,7 @@ def start(*handlers: BaseRouteHandler) -> None:
         before_request=admit,
         signature_namespace={"Connection": Connection},
     )
-    check_declared_access(app.routes, under=API_PREFIX, public=SCHEMA_PATH, admission=admit)
+    check_declared_access(app.routes, under=API_PREFIX, public=(SCHEMA_PATH,), admission=admit)
 
 
 @get("/workspaces/{workspace:str}/things", access=Role.VIEWER, sync_to_thread=False)

@@ -11,7 +11,9 @@ from tests.support.local_commands import crank, crank_env
 
 
 async def _make_workspace(database_url: str, slug: str) -> None:
-    admin = Principal(user_id=0, name="test", token_prefix="test", is_instance_admin=True)
+    admin = Principal(
+        user_id=0, name="test", token_id=0, token_prefix="test", is_instance_admin=True
+    )
     async with await connect(database_url) as conn:
         await create_workspace(conn, admin, slug, slug)
         await conn.commit()

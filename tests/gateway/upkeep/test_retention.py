@@ -1,5 +1,5 @@
 """Retention: old call log and audit rows, finished approvals, expired
-session ends, used confirmation tokens and idempotency records are pruned, in
+session ends and console sessions, used confirmation tokens and idempotency records are pruned, in
 batches, by one process at a time (the approvals rule in detail:
 tests/gateway/approvals/test_sql.py)."""
 
@@ -51,6 +51,22 @@ async def seed(pool: AsyncConnectionPool[Connection]) -> None:
                    VALUES (%s, now() + make_interval(hours => %s))""",
                 (str(hours).encode(), hours),
             )
+        # Console sessions and sign-in links: one expired an hour ago, one expires in an hour.
+        await conn.execute(
+            """WITH u AS (INSERT INTO admin_users (name) VALUES ('console') RETURNING id)
+               INSERT INTO admin_tokens (user_id, prefix, hash) SELECT id, 'p', '\\x01' FROM u"""
+        )
+        for hours in (-1, 1):
+            await conn.execute(
+                """INSERT INTO console_sessions (hash, token_id, csrf, expires_at)
+                   SELECT %s, id, 'c', now() + make_interval(hours => %s) FROM admin_tokens""",
+                (f"s{hours}".encode(), hours),
+            )
+            await conn.execute(
+                """INSERT INTO console_sign_in_links (hash, token_id, expires_at)
+                   SELECT %s, id, now() + make_interval(hours => %s) FROM admin_tokens""",
+                (f"l{hours}".encode(), hours),
+            )
         for hours in (48, 1):  # a crashed replica's row, and one a call still waits on
             await conn.execute(
                 """INSERT INTO elicitation_answers (id, session_hash, created_at)
@@ -65,7 +81,9 @@ async def counts(pool: AsyncConnectionPool[Connection]) -> dict[str, int]:
             await conn.execute(
                 """SELECT (SELECT count(*) FROM call_log) AS call_log,
                           (SELECT count(*) FROM audit_log) AS audit_log,
-                          (SELECT count(*) FROM mcp_session_terminations) AS terminations"""
+                          (SELECT count(*) FROM mcp_session_terminations) AS terminations,
+                          (SELECT count(*) FROM console_sessions) AS console_sessions,
+                          (SELECT count(*) FROM console_sign_in_links) AS console_links"""
             )
         ).fetchone()
     return dict(row)
@@ -82,17 +100,27 @@ async def test_rows_past_their_retention_are_deleted_and_the_rest_kept(
         "approvals": 0,  # gateway/approvals/test_sql.py: finished approvals by when they finished
         "webhook_deliveries": 0,
         "mcp_session_terminations": 1,
+        "console_sessions": 1,
+        "console_sign_in_links": 1,
         "elicitation_answers": 1,
         "confirmation_uses": 0,
         "idempotency_records": 0,
     }
-    assert await counts(pool) == {"call_log": 2, "audit_log": 3, "terminations": 1}
+    assert await counts(pool) == {
+        "call_log": 2,
+        "audit_log": 3,
+        "terminations": 1,
+        "console_sessions": 1,
+        "console_links": 1,
+    }
     assert await prune_once(pool, Settings()) == {
         "call_log": 0,
         "audit_log": 0,
         "approvals": 0,
         "webhook_deliveries": 0,
         "mcp_session_terminations": 0,
+        "console_sessions": 0,
+        "console_sign_in_links": 0,
         "elicitation_answers": 0,
         "confirmation_uses": 0,
         "idempotency_records": 0,
@@ -112,11 +140,19 @@ async def test_zero_days_keeps_rows_forever(pool: AsyncConnectionPool[Connection
     )
     assert pruned == {
         "mcp_session_terminations": 1,
+        "console_sessions": 1,
+        "console_sign_in_links": 1,
         "elicitation_answers": 1,
         "confirmation_uses": 0,
         "idempotency_records": 0,
     }
-    assert await counts(pool) == {"call_log": 4, "audit_log": 4, "terminations": 1}
+    assert await counts(pool) == {
+        "call_log": 4,
+        "audit_log": 4,
+        "terminations": 1,
+        "console_sessions": 1,
+        "console_links": 1,
+    }
 
 
 async def test_finished_webhook_deliveries_go_after_their_period_and_unsent_ones_stay(
@@ -297,7 +333,13 @@ async def test_an_unexpected_exception_in_a_round_leaves_the_loop_running_and_is
     before = background_failures("retention")
 
     async def pruned() -> bool:
-        return await counts(pool) == {"call_log": 2, "audit_log": 3, "terminations": 1}
+        return await counts(pool) == {
+            "call_log": 2,
+            "audit_log": 3,
+            "terminations": 1,
+            "console_sessions": 1,
+            "console_links": 1,
+        }
 
     pruner = retention.Pruner(pool, Settings(), interval_s=0.05, first_run_s=0)
     logs = await run_until(pruner, pruned)

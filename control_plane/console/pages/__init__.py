@@ -1,0 +1,9 @@
+"""The console's pages, a module per area; each lists its route handlers in ``handlers``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from control_plane.console.pages import home, sign_in
+
+route_handlers: list[Any] = [*sign_in.handlers, *home.handlers]
