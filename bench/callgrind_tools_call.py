@@ -1,0 +1,301 @@
+"""Instructions per tools/call, counted by callgrind: where the gateway's own time goes.
+
+    .venv/bin/python bench/callgrind_tools_call.py [--calls 300] [--concurrency 16]
+        [--era legacy|modern] [--loop asyncio|uvloop] [--no-valgrind]
+
+Wall time on a shared machine moves from run to run; the number of
+instructions a piece of code executes hardly does (two runs of the same code
+differ by about 0.5 %), so this is the figure to compare two versions of the
+hot path by, run by run (docs/performance.md, "Where the time goes").
+
+Set-up: the database and the ``latest_rate`` operation of
+bench/gateway_tools_call.py, its upstream (bench/rates_upstream.py under
+granian, on the second CPU). Then this script runs itself again under
+``valgrind --tool=callgrind --instr-atstart=no`` (the *inner* run): it builds
+the gateway's ASGI app in process (no granian: the server's own work is not
+counted), runs the app's lifespan, sends ``--warm-up`` calls, switches
+instrumentation on with ``callgrind_control -i on``, sends ``--calls`` calls
+``--concurrency`` at a time straight into the app, switches it off and checks
+that every answer was a successful tool result. The outer run reads the
+total from callgrind's output and prints instructions per call.
+
+Needs valgrind (``apt install valgrind``), taskset and a PostgreSQL
+(``CRANK_BENCH_DATABASE_URL``, default the local server). ``--no-valgrind``
+runs the inner part without callgrind (a quick check that it works).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.gateway_tools_call import (  # noqa: E402
+    LEGACY_VERSION,
+    MODERN_VERSION,
+    TOOL,
+    call_body,
+    free_port,
+    initialize_message,
+    seed,
+    serve,
+    stop,
+    wait_up,
+)
+from bench.harness import SECRET, create_database, drop_database  # noqa: E402
+
+PATH = "/mcp/v1/bench/rates"
+_TOTAL = re.compile(rb"^totals:\s+(\d+)", re.MULTILINE)  # "summary:" is 0 with --instr-atstart=no
+
+
+class Driver:
+    """Sends requests straight into an ASGI app, as granian would, without a socket."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def lifespan(self, phase: str) -> None:
+        sent = asyncio.Queue[dict[str, Any]]()
+        events = [{"type": f"lifespan.{phase}"}]
+
+        async def receive() -> dict[str, Any]:
+            if events:
+                return events.pop()
+            await asyncio.Event().wait()  # the app waits for the next event forever
+            raise AssertionError("unreachable")
+
+        async def send(message: dict[str, Any]) -> None:
+            await sent.put(message)
+
+        task = asyncio.create_task(self.app({"type": "lifespan"}, receive, send))
+        message = await sent.get()
+        if message["type"] != f"lifespan.{phase}.complete":
+            raise RuntimeError(f"lifespan {phase}: {message}")
+        task.cancel()
+
+    async def post(self, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str], bytes]:
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": PATH,
+            "raw_path": PATH.encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+            "client": ("127.0.0.1", 40000),
+            "server": ("127.0.0.1", 8080),
+        }
+        delivered = False
+        status = 0
+        answer_headers: dict[str, str] = {}
+        chunks: list[bytes] = []
+
+        async def receive() -> dict[str, Any]:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                answer_headers.update(
+                    (k.decode().lower(), v.decode()) for k, v in message.get("headers", [])
+                )
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+
+        await self.app(scope, receive, send)
+        return status, answer_headers, b"".join(chunks)
+
+
+async def _headers(driver: Driver, key: str, era: str) -> dict[str, str]:
+    headers = {
+        "authorization": f"Bearer {key}",
+        "content-type": "application/json",
+        "accept": "application/json",
+        "host": "127.0.0.1:8080",
+    }
+    if era == "modern":
+        return headers | {
+            "mcp-protocol-version": MODERN_VERSION,
+            "mcp-method": "tools/call",
+            "mcp-name": TOOL,
+        }
+    status, answer, raw = await driver.post(headers, initialize_message())
+    if status != 200:
+        raise RuntimeError(f"initialize: HTTP {status} {raw[:300]!r}")
+    return headers | {
+        "mcp-session-id": answer["mcp-session-id"],
+        "mcp-protocol-version": LEGACY_VERSION,
+    }
+
+
+async def _calls(driver: Driver, headers: dict[str, str], body: bytes, n: int, c: int) -> None:
+    semaphore = asyncio.Semaphore(c)
+
+    async def one() -> None:
+        async with semaphore:
+            status, _, raw = await driver.post(headers, body)
+        result = msgspec.json.decode(raw).get("result") if status == 200 else None
+        if not isinstance(result, dict) or result.get("isError") is not False:
+            raise RuntimeError(f"tools/call failed: HTTP {status} {raw[:300]!r}")
+
+    await asyncio.gather(*(one() for _ in range(n)))
+
+
+def _instrument(on: bool) -> None:
+    if os.environ.get("CRANK_BENCH_UNDER_VALGRIND") == "1":
+        subprocess.run(
+            ["callgrind_control", "-i", "on" if on else "off", str(os.getpid())],
+            check=True,
+            capture_output=True,
+        )
+
+
+async def inner(args: argparse.Namespace) -> None:
+    from mcp_gateway.app import create_app
+    from shared.settings import load_settings
+
+    driver = Driver(create_app(load_settings()))
+    await driver.lifespan("startup")
+    try:
+        headers = await _headers(driver, args.key, args.era)
+        body = call_body(args.era == "modern").encode()
+        await _calls(driver, headers, body, args.warm_up, args.concurrency)
+        started = time.perf_counter()
+        _instrument(True)
+        await _calls(driver, headers, body, args.calls, args.concurrency)
+        _instrument(False)
+        wall = time.perf_counter() - started
+        print(f"inner: {args.calls} calls in {wall:.2f} s of wall time", flush=True)
+    finally:
+        await driver.lifespan("shutdown")
+
+
+def outer(args: argparse.Namespace) -> int:
+    if not args.no_valgrind and shutil.which("valgrind") is None:
+        print("valgrind is not installed (apt install valgrind)", file=sys.stderr)
+        return 2
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # the seeding's requests
+    server, name, url = create_database("callgrind")
+    directory = Path(tempfile.mkdtemp(prefix="crank-bench-callgrind-"))
+    upstream_port = free_port()
+    upstream = serve(
+        1,
+        "bench.rates_upstream:app",
+        upstream_port,
+        dict(os.environ),
+        factory=False,
+        log=directory / "upstream.log",
+    )
+    try:
+        asyncio.run(
+            wait_up(
+                f"http://127.0.0.1:{upstream_port}/_count", upstream, directory / "upstream.log"
+            )
+        )
+        key = asyncio.run(seed(url, upstream_port))
+        env = os.environ | {
+            "CRANK_DATABASE_URL": url,
+            "CRANK_SECRET_KEY": SECRET,
+            "CRANK_UPSTREAM_ALLOWLIST": f"127.0.0.1:{upstream_port}",
+            "CRANK_RATE_LIMIT": "off",
+            "CRANK_LOG_LEVEL": "warning",
+            "CRANK_METRICS_PORT": str(free_port()),
+        }
+        argv = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--inner",
+            "--key",
+            key,
+            "--era",
+            args.era,
+            "--loop",
+            args.loop,
+            "--calls",
+            str(args.calls),
+            "--warm-up",
+            str(args.warm_up),
+            "--concurrency",
+            str(args.concurrency),
+        ]
+        out = directory / "callgrind.out"
+        if not args.no_valgrind:
+            env["CRANK_BENCH_UNDER_VALGRIND"] = "1"
+            argv = [
+                "valgrind",
+                "--tool=callgrind",
+                "--instr-atstart=no",
+                f"--callgrind-out-file={out}",
+                *argv,
+            ]
+        argv = ["taskset", "-c", "0", *argv]
+        done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+        print(done.stdout, end="")
+        if done.returncode != 0:
+            print(done.stderr[-3000:], file=sys.stderr)
+            return 1
+        if args.no_valgrind:
+            return 0
+        found = _TOTAL.search(out.read_bytes())
+        if found is None:
+            print(f"no total in {out}", file=sys.stderr)
+            return 1
+        total = int(found.group(1))
+        print(
+            f"{args.era}, loop {args.loop}, {args.calls} calls {args.concurrency} at a time: "
+            f"{total:,} instructions, {total / args.calls / 1e6:.3f} M per call"
+        )
+        return 0
+    finally:
+        stop(upstream)
+        drop_database(server, name)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--warm-up", type=int, default=50)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--era", choices=("legacy", "modern"), default="legacy")
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
+    parser.add_argument("--no-valgrind", action="store_true", help="run without callgrind")
+    parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--key", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if not args.inner:
+        return outer(args)
+    if args.loop == "uvloop":
+        import uvloop  # not a dependency: install it into the venv to compare loops
+
+        uvloop.run(inner(args))
+    else:
+        asyncio.run(inner(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
