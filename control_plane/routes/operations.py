@@ -64,6 +64,15 @@ def _view(row: service.OperationRow, status_code: int = HTTP_200_OK) -> Response
 
 
 PageSize = Annotated[int, QueryParameter(ge=1, le=500, description="items per page")]
+StateFilter = Annotated[
+    service.ListState | None,
+    # "state" is Litestar's reserved name for the app state, so the parameter is renamed.
+    QueryParameter(name="state", description="draft, published or ahead (of the latest)"),
+]
+SearchText = Annotated[
+    str | None,
+    QueryParameter(max_length=200, description="text the name or title contains (any case)"),
+]
 
 
 class OperationController(Controller):
@@ -77,8 +86,12 @@ class OperationController(Controller):
         conn: DbConn,
         cursor: FromQuery[str | None] = None,
         limit: PageSize = 100,
+        publish_state: StateFilter = None,
+        q: SearchText = None,
     ) -> OperationList:
-        items, next_cursor = await service.list_operations(conn, ws.id, after=cursor, limit=limit)
+        items, next_cursor = await service.list_operations(
+            conn, ws.id, after=cursor, limit=limit, state=publish_state, text=q
+        )
         return OperationList(items=items, next_cursor=next_cursor)
 
     @post("/", access=Role.EDITOR, summary="Create an operation (its draft; nothing is published)")

@@ -10,26 +10,10 @@ import pytest
 
 from shared.db import connect
 from tests.support.api import Client, auth, make_token
+from tests.support.operations import order_spec
 
 WS = "acme"
 BASE = f"/api/v1/workspaces/{WS}/operations"
-
-
-def order_spec(name: str = "get_order", **changes: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "name": name,
-        "title": "Get order",
-        "description": "Gets one order by id. Use when the user asks about a specific order.",
-        "input": {
-            "type": "object",
-            "properties": {"order_id": {"type": "string", "description": "The order id"}},
-            "required": ["order_id"],
-            "additionalProperties": False,
-        },
-        "request": {"method": "GET", "url": "https://api.example.com/orders/{order_id}"},
-    }
-    spec.update(changes)
-    return spec
 
 
 @pytest.fixture
