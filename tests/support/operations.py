@@ -1,11 +1,13 @@
 """Operations the tests make through the admin API: a small valid spec, and the
-requests that create, change and publish it."""
+requests that create, change and publish it (in process, or over HTTP to a server)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tests.support.api import Client, auth
+import httpx
+
+from tests.support.api import auth
 
 
 def order_spec(name: str = "get_order", **changes: Any) -> dict[str, Any]:
@@ -30,14 +32,18 @@ def operations_path(workspace: str, name: str = "") -> str:
     return f"{base}/{name}" if name else base
 
 
-async def create_operation(client: Client, token: str, workspace: str, spec: dict[str, Any]) -> str:
+async def create_operation(
+    client: httpx.AsyncClient, token: str, workspace: str, spec: dict[str, Any]
+) -> str:
     """A new operation (its draft) through the API; its ETag."""
     answer = await client.post(operations_path(workspace), json=spec, headers=auth(token))
     assert answer.status_code == 201, answer.text
     return answer.headers["etag"]
 
 
-async def replace_draft(client: Client, token: str, workspace: str, spec: dict[str, Any]) -> str:
+async def replace_draft(
+    client: httpx.AsyncClient, token: str, workspace: str, spec: dict[str, Any]
+) -> str:
     """The draft replaced by ``spec`` at its current revision; the new ETag."""
     path = operations_path(workspace, spec["name"])
     current = await client.get(path, headers=auth(token))
@@ -46,7 +52,7 @@ async def replace_draft(client: Client, token: str, workspace: str, spec: dict[s
     return answer.headers["etag"]
 
 
-async def publish_draft(client: Client, token: str, workspace: str, name: str) -> int:
+async def publish_draft(client: httpx.AsyncClient, token: str, workspace: str, name: str) -> int:
     """The draft published through the API; the latest version after it."""
     path = operations_path(workspace, name)
     current = await client.get(path, headers=auth(token))
@@ -56,7 +62,9 @@ async def publish_draft(client: Client, token: str, workspace: str, name: str) -
     return version
 
 
-async def read_operation(client: Client, token: str, workspace: str, name: str) -> dict[str, Any]:
+async def read_operation(
+    client: httpx.AsyncClient, token: str, workspace: str, name: str
+) -> dict[str, Any]:
     answer = await client.get(operations_path(workspace, name), headers=auth(token))
     assert answer.status_code == 200, answer.text
     body: dict[str, Any] = answer.json()

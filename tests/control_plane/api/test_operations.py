@@ -99,6 +99,32 @@ async def test_list_shows_publish_state_and_pages_by_name(client: Client, editor
     assert second.json()["next_cursor"] is None
 
 
+async def test_list_filters_by_publish_state_and_by_text_and_shows_the_request(
+    client: Client, editor: str
+) -> None:
+    for name in ("ahead_op", "draft_op", "settled_op"):
+        await create(client, editor, order_spec(name, title=f"About {name}"))
+    await publish(client, editor, "ahead_op")
+    await publish(client, editor, "settled_op")
+    await put_draft(client, editor, order_spec("ahead_op", title="Changed"))
+
+    async def names(**params: str) -> list[str]:
+        response = await client.get(BASE, params=params, headers=auth(editor))
+        assert response.status_code == 200, response.text
+        return [item["name"] for item in response.json()["items"]]
+
+    assert await names(state="draft") == ["draft_op"]
+    assert await names(state="published") == ["settled_op"]
+    assert await names(state="ahead") == ["ahead_op"]
+    assert await names(q="ABOUT") == ["draft_op", "settled_op"]  # ahead_op's title changed
+    assert await names(q="_op", state="ahead") == ["ahead_op"]
+    assert await names(q="%") == []
+    item = (await client.get(BASE, headers=auth(editor))).json()["items"][0]
+    assert (item["method"], item["url"]) == ("GET", "https://api.example.com/orders/{order_id}")
+    refused = await client.get(BASE, params={"state": "gone"}, headers=auth(editor))
+    assert refused.status_code == 400
+
+
 async def test_reading_a_missing_operation_is_404(client: Client, editor: str) -> None:
     response = await client.get(f"{BASE}/nope", headers=auth(editor))
     assert response.status_code == 404
