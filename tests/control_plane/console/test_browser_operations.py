@@ -1,5 +1,6 @@
 """The Operations pages in chromium: list and filter, one operation, a diff of two
-versions, a rollback; axe-core and screenshots at both widths on every page."""
+versions, a rollback, a stale write; axe-core and screenshots at both widths on every
+page."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ async def seed(server: Server) -> None:
         await create_operation(api, token, WS, order_spec("list_orders", title="List orders"))
 
 
-async def test_an_editor_filters_opens_compares_and_rolls_back_an_operation(
+async def test_an_editor_filters_opens_compares_and_rolls_back_and_a_stale_write_is_refused(
     browser: Browser, server: Server
 ) -> None:
     await seed(server)
@@ -78,7 +79,16 @@ async def test_an_editor_filters_opens_compares_and_rolls_back_an_operation(
         await expect(page.get_by_text("published v3", exact=True)).to_be_visible()
         await check_page(page, "operation-rolled-back")
 
+        async with httpx.AsyncClient(base_url=server.url) as api:  # someone else, meanwhile
+            await replace_draft(api, server.admin_token, WS, order_spec(title="Someone else's"))
+        await page.get_by_role("button", name="Roll back to v2").click()
+        await expect(page.get_by_role("heading", name="Changed by someone else")).to_be_visible()
+        await check_page(page, "operation-changed-by-someone-else")
+        await page.get_by_role("link", name="Reload the operation").click()
+        await expect(page.get_by_text("draft ahead of v3", exact=True)).to_be_visible()
+        await expect(page.get_by_text("Someone else's", exact=True)).to_be_visible()
+
     async with httpx.AsyncClient(base_url=server.url) as api:
         operation = await read_operation(api, server.admin_token, WS, "get_order")
-    assert operation["latest_version"] == 3
-    assert operation["draft"]["title"] == "Get order"
+    assert operation["latest_version"] == 3  # the stale rollback published nothing
+    assert operation["draft"]["title"] == "Someone else's"
