@@ -42,7 +42,7 @@ class WriteForm(msgspec.Struct, kw_only=True):
     etag: Annotated[str, msgspec.Meta(max_length=60)] = ""
 
 
-# "state" is Litestar's reserved name for the app state, so the parameter is renamed.
+# The query's "state": a handler parameter may not be named ``state`` (Litestar's app state).
 StateQuery = Annotated[str, QueryParameter(name="state")]
 WriteBody = Annotated[WriteForm, Body(media_type=RequestEncodingType.URL_ENCODED)]
 
@@ -63,6 +63,18 @@ def operation_path(ws: Workspace, name: str) -> str:
 # --- the list ---------------------------------------------------------------------------
 
 
+def _filter_errors(state: str, q: str, after: str) -> dict[str, str]:
+    """What is wrong with the list's query, by field (the form cannot send these)."""
+    errors: dict[str, str] = {}
+    if state and views.state_filter(state) is None:
+        errors["state"] = "Choose one of the listed states."
+    if len(q) > MAX_FILTER_TEXT:
+        errors["q"] = f"Search for at most {MAX_FILTER_TEXT} characters."
+    if len(after) > MAX_FILTER_TEXT:
+        errors["after"] = "This page link is broken: start again from the first page."
+    return errors
+
+
 @get("/w/{workspace:str}/operations", access=Role.VIEWER)
 async def operation_list(
     request: Request[Any, Any, Any],
@@ -73,15 +85,8 @@ async def operation_list(
     after: FromQuery[str] = "",
     deleted: FromQuery[str] = "",
 ) -> Template:
-    errors: dict[str, str] = {}
-    state = publish_state
-    state_wanted = views.state_filter(state)
-    if state and state_wanted is None:
-        errors["state"] = "Choose one of the listed states."
-    if len(q) > MAX_FILTER_TEXT:
-        errors["q"] = f"Search for at most {MAX_FILTER_TEXT} characters."
-    if len(after) > MAX_FILTER_TEXT:
-        errors["after"] = "This page link is broken: start again from the first page."
+    state = publish_state  # the query's "state" (see StateQuery)
+    errors = _filter_errors(state, q, after)
     items: list[service.OperationSummary] = []
     next_cursor: str | None = None
     lint: dict[str, service.LintCounts] = {}
@@ -91,7 +96,7 @@ async def operation_list(
             ws.id,
             after=after or None,
             limit=PAGE_SIZE,
-            state=state_wanted,
+            state=views.state_filter(state),
             text=q.strip() or None,
         )
         lint = await service.draft_lint_counts(conn, ws.id, [item.name for item in items])
