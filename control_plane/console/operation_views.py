@@ -111,14 +111,5 @@ def diff_rows(changes: list[Change]) -> list[DiffRow]:
     ]
 
 
-def parse_spec_ref(text: str) -> SpecRef | None:
-    """``draft`` or a version number as a select sends it; None for anything else."""
-    if text == DRAFT:
-        return DRAFT
-    if text.isascii() and text.isdigit() and len(text) <= 9 and int(text) > 0:
-        return int(text)
-    return None
-
-
 def ref_label(ref: SpecRef) -> str:
     return "the draft" if ref == DRAFT else f"version {ref}"

@@ -112,6 +112,15 @@ SpecRef = int | Literal["draft"]
 """One spec of an operation: a published version's number, or ``DRAFT``."""
 
 
+def parse_spec_ref(text: str) -> SpecRef | None:
+    """``draft`` or a version number (1 and up) as a query sends it; None for anything else."""
+    if text == DRAFT:
+        return DRAFT
+    if text.isascii() and text.isdigit() and len(text) <= 9 and int(text) > 0:
+        return int(text)
+    return None
+
+
 class Comparison(msgspec.Struct, kw_only=True):
     """What turns the spec ``before`` into the spec ``after`` (any two versions or the draft)."""
 
@@ -552,11 +561,15 @@ async def _spec_at(conn: Connection, ws: Workspace, row: OperationRow, ref: Spec
 
 
 async def compare_operation(
-    conn: Connection, ws: Workspace, name: str, before: SpecRef, after: SpecRef
+    conn: Connection, ws: Workspace, name: str, before: SpecRef | None, after: SpecRef
 ) -> Comparison:
     """Any two of an operation's specs (published versions or the draft), compared;
-    404 for a version it does not have."""
+    ``before`` None is the latest version. 404 for a version it does not have."""
     row = await require_operation(conn, ws, name)
+    if before is None:
+        if row.latest_version is None:
+            raise NotFound(f"operation {name!r} has no published version yet")
+        before = row.latest_version
     return Comparison(
         name=name,
         before=before,

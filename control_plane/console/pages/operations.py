@@ -166,7 +166,7 @@ async def _comparison(
         "after": service.DRAFT,
     }
     for field, text in (("before", before_text), ("after", after_text)):
-        ref = views.parse_spec_ref(text) if text else defaults[field]
+        ref = service.parse_spec_ref(text) if text else defaults[field]
         if ref is None or (ref != service.DRAFT and ref not in known):
             errors[field] = "Choose the draft or one of the published versions."
         else:

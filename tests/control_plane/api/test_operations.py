@@ -534,6 +534,42 @@ async def test_diff_lists_the_changed_paths_against_the_latest_version(
     }
 
 
+async def test_compare_diffs_any_two_versions_or_the_draft(client: Client, editor: str) -> None:
+    await create(client, editor)
+    await publish(client, editor)
+    await put_draft(client, editor, order_spec(title="Second"))
+    await publish(client, editor)
+    await put_draft(client, editor, order_spec(title="Third"))
+
+    async def compare(**params: str) -> tuple[int, dict[str, Any]]:
+        response = await client.get(
+            f"{BASE}/get_order/compare", params=params, headers=auth(editor)
+        )
+        body: dict[str, Any] = response.json()
+        return response.status_code, body
+
+    status, body = await compare(before="1", after="2")
+    assert status == 200
+    assert body == {
+        "name": "get_order",
+        "before": 1,
+        "after": 2,
+        "revision": 3,
+        "changes": [{"path": "title", "kind": "changed", "before": "Get order", "after": "Second"}],
+    }
+    status, body = await compare(before="1")  # against the draft
+    assert (body["after"], body["changes"][0]["after"]) == ("draft", "Third")
+    status, body = await compare()  # the latest version against the draft
+    assert (body["before"], body["after"], len(body["changes"])) == (2, "draft", 1)
+    status, body = await compare(before="latest", after="0")
+    assert status == 400
+    assert body["code"] == "validation_failed"
+    assert [e["field"] for e in body["errors"]] == ["before", "after"]
+    status, body = await compare(before="9")
+    assert status == 404
+    assert body["code"] == "not_found"
+
+
 # --- rollback and discard --------------------------------------------------------------------
 
 
