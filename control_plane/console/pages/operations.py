@@ -75,6 +75,14 @@ def _filter_errors(state: str, q: str, after: str) -> dict[str, str]:
     return errors
 
 
+async def _gone(conn: Connection, ws: Workspace, name: str) -> str:
+    """The discarded operation the link names, when it is indeed gone (a link can say
+    anything; the page only repeats what is true)."""
+    if not name or len(name) > MAX_FILTER_TEXT:
+        return ""
+    return name if await service.get_operation(conn, ws.id, name) is None else ""
+
+
 @get("/w/{workspace:str}/operations", access=Role.VIEWER)
 async def operation_list(
     request: Request[Any, Any, Any],
@@ -124,7 +132,7 @@ async def operation_list(
         first_href=f"/ui/w/{ws.slug}/operations" + (f"?{urlencode(filters)}" if filters else ""),
         next_href=next_href,
         errors=errors,
-        deleted=deleted[:MAX_FILTER_TEXT],
+        deleted=await _gone(conn, ws, deleted),
         results_target=RESULTS_TARGET,
     )
 

@@ -301,6 +301,9 @@ async def test_discarding_resets_the_draft_or_deletes_a_never_published_operatio
     )
     assert gone.status_code == 303
     assert gone.headers["location"] == f"{LIST}?deleted=scratch"
+    assert "Discarded <code>scratch</code>" in (await client.get(gone.headers["location"])).text
+    made_up = await client.get(LIST, params={"deleted": "get_order"})
+    assert "Discarded" not in made_up.text  # it exists: the link is not believed
     missing = await client.get(operations_path(WS, "scratch"), headers=auth(editor))
     assert missing.status_code == 404
 
