@@ -18,9 +18,11 @@ from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from control_plane.auth import Role
 from control_plane.deps import Caller, CurrentWorkspace, DbConn, IfMatch
+from control_plane.errors import ValidationFailed
 from control_plane.etag import Precondition, etag
 from control_plane.services import operations as service
 from shared.engine.spec import OperationSpec, operation_from_builtins
+from shared.engine.spec_validation import FieldError
 
 
 class OperationList(msgspec.Struct, kw_only=True):
@@ -64,6 +66,18 @@ def _view(row: service.OperationRow, status_code: int = HTTP_200_OK) -> Response
 
 
 PageSize = Annotated[int, QueryParameter(ge=1, le=500, description="items per page")]
+StateFilter = Annotated[
+    service.ListState | None,
+    # "state" is Litestar's reserved name for the app state, so the parameter is renamed.
+    QueryParameter(name="state", description="draft, published or ahead (of the latest)"),
+]
+SpecRefQuery = Annotated[
+    str, QueryParameter(max_length=20, description="'draft' or a published version number")
+]
+SearchText = Annotated[
+    str | None,
+    QueryParameter(max_length=200, description="text the name or title contains (any case)"),
+]
 
 
 class OperationController(Controller):
@@ -77,8 +91,12 @@ class OperationController(Controller):
         conn: DbConn,
         cursor: FromQuery[str | None] = None,
         limit: PageSize = 100,
+        publish_state: StateFilter = None,
+        q: SearchText = None,
     ) -> OperationList:
-        items, next_cursor = await service.list_operations(conn, ws.id, after=cursor, limit=limit)
+        items, next_cursor = await service.list_operations(
+            conn, ws.id, after=cursor, limit=limit, state=publish_state, text=q
+        )
         return OperationList(items=items, next_cursor=next_cursor)
 
     @post("/", access=Role.EDITOR, summary="Create an operation (its draft; nothing is published)")
@@ -177,6 +195,32 @@ class OperationController(Controller):
     @get("/{name:str}/diff", access=Role.VIEWER, summary="What publishing the draft would change")
     async def diff(self, ws: CurrentWorkspace, name: FromPath[str], conn: DbConn) -> service.Diff:
         return await service.diff_operation(conn, ws, name)
+
+    @get(
+        "/{name:str}/compare",
+        access=Role.VIEWER,
+        summary="Compare any two specs of an operation: published versions or the draft",
+    )
+    async def compare(
+        self,
+        ws: CurrentWorkspace,
+        name: FromPath[str],
+        conn: DbConn,
+        before: SpecRefQuery = "",
+        after: SpecRefQuery = service.DRAFT,
+    ) -> service.Comparison:
+        before_ref = service.parse_spec_ref(before) if before else None
+        after_ref = service.parse_spec_ref(after)
+        wrong = [("before", before)] if before and before_ref is None else []
+        wrong += [("after", after)] if after_ref is None else []
+        if wrong or after_ref is None:
+            raise ValidationFailed(
+                [
+                    FieldError(field, f"{text!r} is neither 'draft' nor a version number")
+                    for field, text in wrong
+                ]
+            )
+        return await service.compare_operation(conn, ws, name, before_ref, after_ref)
 
     @post(
         "/{name:str}/versions/{version:int}/rollback",

@@ -55,6 +55,8 @@ class OperationRow(msgspec.Struct, kw_only=True):
 class OperationSummary(msgspec.Struct, kw_only=True):
     name: str
     title: str | None
+    method: str
+    url: str
     revision: int
     latest_version: int | None
     draft_changed: bool
@@ -103,6 +105,45 @@ class Diff(msgspec.Struct, kw_only=True):
     latest_version: int | None  # what the draft is compared with; None: nothing published yet
     revision: int
     changes: list[Change]
+
+
+DRAFT: Final[Literal["draft"]] = "draft"
+SpecRef = int | Literal["draft"]
+"""One spec of an operation: a published version's number, or ``DRAFT``."""
+
+
+def parse_spec_ref(text: str) -> SpecRef | None:
+    """``draft`` or a version number (1 and up) as a query sends it; None for anything else."""
+    if text == DRAFT:
+        return DRAFT
+    if text.isascii() and text.isdigit() and len(text) <= 9 and int(text) > 0:
+        return int(text)
+    return None
+
+
+class Comparison(msgspec.Struct, kw_only=True):
+    """What turns the spec ``before`` into the spec ``after`` (any two versions or the draft)."""
+
+    name: str
+    before: SpecRef
+    after: SpecRef
+    revision: int
+    changes: list[Change]
+
+
+class LintCounts(msgspec.Struct, kw_only=True, frozen=True):
+    errors: int
+    warnings: int
+
+
+# A list filter: never published, published and the draft is that version, or the
+# draft differs from the latest version.
+ListState = Literal["draft", "published", "ahead"]
+_STATE_CONDITIONS: Final[dict[ListState, str]] = {
+    "draft": "o.latest_version IS NULL",
+    "published": "o.latest_version IS NOT NULL AND o.draft = v.spec",
+    "ahead": "o.latest_version IS NOT NULL AND o.draft IS DISTINCT FROM v.spec",
+}
 
 
 _SELECT: Final = """
@@ -179,25 +220,69 @@ async def serving_specs(
     return specs
 
 
+def _like_pattern(text: str) -> str:
+    """``text`` as a case-insensitive substring pattern, its LIKE wildcards taken literally."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
 async def list_operations(
-    conn: Connection, workspace_id: int, *, after: str | None = None, limit: int = 100
+    conn: Connection,
+    workspace_id: int,
+    *,
+    after: str | None = None,
+    limit: int = 100,
+    state: ListState | None = None,
+    text: str | None = None,
 ) -> tuple[list[OperationSummary], str | None]:
-    """One page ordered by name, and the cursor of the next page (None at the end)."""
+    """One page ordered by name, and the cursor of the next page (None at the end).
+
+    ``state`` keeps the operations in that publish state; ``text`` those whose
+    name or draft title contains it, ignoring case."""
+    conditions = ["o.workspace_id = %s", "(%s::text IS NULL OR o.name > %s)"]
+    params: list[Any] = [workspace_id, after, after]
+    if state is not None:
+        conditions.append(_STATE_CONDITIONS[state])
+    if text:
+        conditions.append("(o.name ILIKE %s OR o.draft ->> 'title' ILIKE %s)")
+        params += [_like_pattern(text)] * 2
     cur = await conn.execute(
-        """SELECT o.name, o.draft ->> 'title' AS title, o.revision, o.latest_version,
+        f"""SELECT o.name, o.draft ->> 'title' AS title,
+                  o.draft -> 'request' ->> 'method' AS method,
+                  o.draft -> 'request' ->> 'url' AS url,
+                  o.revision, o.latest_version,
                   o.draft IS DISTINCT FROM v.spec AS draft_changed, o.updated_at
              FROM operations o
              LEFT JOIN operation_versions v
                     ON v.operation_id = o.id AND v.version = o.latest_version
-            WHERE o.workspace_id = %s AND (%s::text IS NULL OR o.name > %s)
+            WHERE {" AND ".join(conditions)}
             ORDER BY o.name
             LIMIT %s""",
-        (workspace_id, after, after, limit + 1),
+        (*params, limit + 1),
     )
     rows = await cur.fetchall()
     items = [OperationSummary(**values) for values in rows[:limit]]
     next_cursor = items[-1].name if len(rows) > limit else None
     return items, next_cursor
+
+
+async def draft_lint_counts(
+    conn: Connection, workspace_id: int, names: list[str]
+) -> dict[str, LintCounts]:
+    """How many lint errors and warnings each named operation's draft has.
+
+    The linter remembers its answers by the spec's content (shared/engine/spec_memo.py),
+    so listing the same drafts again costs a decode and a digest each, not a lint."""
+    cur = await conn.execute(
+        "SELECT name, draft FROM operations WHERE workspace_id = %s AND name = ANY(%s)",
+        (workspace_id, names),
+    )
+    counts: dict[str, LintCounts] = {}
+    for row in await cur.fetchall():
+        findings = lint_stored(row["draft"])
+        errors = sum(1 for f in findings if f.severity == "error")
+        counts[row["name"]] = LintCounts(errors=errors, warnings=len(findings) - errors)
+    return counts
 
 
 def _validate(spec: OperationSpec) -> None:
@@ -463,6 +548,36 @@ async def diff_operation(conn: Connection, ws: Workspace, name: str) -> Diff:
         latest_version=row.latest_version,
         revision=row.revision,
         changes=diff_values(row.latest_spec, row.draft),
+    )
+
+
+async def _spec_at(conn: Connection, ws: Workspace, row: OperationRow, ref: SpecRef) -> Any:
+    if ref == DRAFT:
+        return row.draft
+    assert isinstance(ref, int)
+    if ref == row.latest_version:
+        return row.latest_spec
+    return (await get_version(conn, ws, row.name, ref)).spec
+
+
+async def compare_operation(
+    conn: Connection, ws: Workspace, name: str, before: SpecRef | None, after: SpecRef
+) -> Comparison:
+    """Any two of an operation's specs (published versions or the draft), compared;
+    ``before`` None is the latest version. 404 for a version it does not have."""
+    row = await require_operation(conn, ws, name)
+    if before is None:
+        if row.latest_version is None:
+            raise NotFound(f"operation {name!r} has no published version yet")
+        before = row.latest_version
+    return Comparison(
+        name=name,
+        before=before,
+        after=after,
+        revision=row.revision,
+        changes=diff_values(
+            await _spec_at(conn, ws, row, before), await _spec_at(conn, ws, row, after)
+        ),
     )
 
 

@@ -10,26 +10,10 @@ import pytest
 
 from shared.db import connect
 from tests.support.api import Client, auth, make_token
+from tests.support.operations import order_spec
 
 WS = "acme"
 BASE = f"/api/v1/workspaces/{WS}/operations"
-
-
-def order_spec(name: str = "get_order", **changes: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "name": name,
-        "title": "Get order",
-        "description": "Gets one order by id. Use when the user asks about a specific order.",
-        "input": {
-            "type": "object",
-            "properties": {"order_id": {"type": "string", "description": "The order id"}},
-            "required": ["order_id"],
-            "additionalProperties": False,
-        },
-        "request": {"method": "GET", "url": "https://api.example.com/orders/{order_id}"},
-    }
-    spec.update(changes)
-    return spec
 
 
 @pytest.fixture
@@ -113,6 +97,32 @@ async def test_list_shows_publish_state_and_pages_by_name(client: Client, editor
     )
     assert [item["name"] for item in second.json()["items"]] == ["c_op"]
     assert second.json()["next_cursor"] is None
+
+
+async def test_list_filters_by_publish_state_and_by_text_and_shows_the_request(
+    client: Client, editor: str
+) -> None:
+    for name in ("ahead_op", "draft_op", "settled_op"):
+        await create(client, editor, order_spec(name, title=f"About {name}"))
+    await publish(client, editor, "ahead_op")
+    await publish(client, editor, "settled_op")
+    await put_draft(client, editor, order_spec("ahead_op", title="Changed"))
+
+    async def names(**params: str) -> list[str]:
+        response = await client.get(BASE, params=params, headers=auth(editor))
+        assert response.status_code == 200, response.text
+        return [item["name"] for item in response.json()["items"]]
+
+    assert await names(state="draft") == ["draft_op"]
+    assert await names(state="published") == ["settled_op"]
+    assert await names(state="ahead") == ["ahead_op"]
+    assert await names(q="ABOUT") == ["draft_op", "settled_op"]  # ahead_op's title changed
+    assert await names(q="_op", state="ahead") == ["ahead_op"]
+    assert await names(q="%") == []
+    item = (await client.get(BASE, headers=auth(editor))).json()["items"][0]
+    assert (item["method"], item["url"]) == ("GET", "https://api.example.com/orders/{order_id}")
+    refused = await client.get(BASE, params={"state": "gone"}, headers=auth(editor))
+    assert refused.status_code == 400
 
 
 async def test_reading_a_missing_operation_is_404(client: Client, editor: str) -> None:
@@ -522,6 +532,42 @@ async def test_diff_lists_the_changed_paths_against_the_latest_version(
         ),
         "request.query": ("changed", None, {"expand": "expand"}),
     }
+
+
+async def test_compare_diffs_any_two_versions_or_the_draft(client: Client, editor: str) -> None:
+    await create(client, editor)
+    await publish(client, editor)
+    await put_draft(client, editor, order_spec(title="Second"))
+    await publish(client, editor)
+    await put_draft(client, editor, order_spec(title="Third"))
+
+    async def compare(**params: str) -> tuple[int, dict[str, Any]]:
+        response = await client.get(
+            f"{BASE}/get_order/compare", params=params, headers=auth(editor)
+        )
+        body: dict[str, Any] = response.json()
+        return response.status_code, body
+
+    status, body = await compare(before="1", after="2")
+    assert status == 200
+    assert body == {
+        "name": "get_order",
+        "before": 1,
+        "after": 2,
+        "revision": 3,
+        "changes": [{"path": "title", "kind": "changed", "before": "Get order", "after": "Second"}],
+    }
+    status, body = await compare(before="1")  # against the draft
+    assert (body["after"], body["changes"][0]["after"]) == ("draft", "Third")
+    status, body = await compare()  # the latest version against the draft
+    assert (body["before"], body["after"], len(body["changes"])) == (2, "draft", 1)
+    status, body = await compare(before="latest", after="0")
+    assert status == 400
+    assert body["code"] == "validation_failed"
+    assert [e["field"] for e in body["errors"]] == ["before", "after"]
+    status, body = await compare(before="9")
+    assert status == 404
+    assert body["code"] == "not_found"
 
 
 # --- rollback and discard --------------------------------------------------------------------

@@ -9,10 +9,12 @@ import msgspec
 import pytest
 
 from control_plane.auth import Workspace
-from control_plane.errors import Conflict, ValidationFailed
+from control_plane.errors import Conflict, NotFound, ValidationFailed
 from control_plane.etag import Precondition
 from control_plane.services.operations import (
+    DRAFT,
     Change,
+    compare_operation,
     create_operation,
     diff_values,
     get_operation,
@@ -174,3 +176,26 @@ def test_differ_against_nothing_is_one_whole_value_change() -> None:
     assert diff_values(None, {"a": 1}) == [
         Change(path="", kind="added", before=None, after={"a": 1})
     ]
+
+
+async def test_any_two_versions_or_the_draft_are_compared_in_either_direction(
+    ws: Workspace, conn: Connection
+) -> None:
+    row = await create_operation(conn, ws, "t", spec())
+    await publish_operation(conn, ws, "t", "get_order", None)
+    row = await update_operation_draft(conn, ws, "t", "get_order", spec("Second"), None)
+    await publish_operation(conn, ws, "t", "get_order", None)
+    await update_operation_draft(conn, ws, "t", "get_order", spec("Third"), None)
+
+    older = await compare_operation(conn, ws, "get_order", 1, 2)
+    assert older.changes == [
+        Change(path="title", kind="changed", before="Get order", after="Second")
+    ]
+    back = await compare_operation(conn, ws, "get_order", DRAFT, 1)
+    assert back.changes == [Change(path="title", kind="changed", before="Third", after="Get order")]
+    assert (await compare_operation(conn, ws, "get_order", 2, 2)).changes == []
+    assert back.revision == row.revision + 1
+    with pytest.raises(NotFound):
+        await compare_operation(conn, ws, "get_order", 1, 3)
+    with pytest.raises(NotFound):
+        await compare_operation(conn, ws, "no_such_operation", 1, DRAFT)
