@@ -86,15 +86,24 @@
     return body;
   }
 
+  // A 403 for the page's address, not for the key: the gateway names no other
+  // code for it (docs/mcp-interface.md, "The approver inbox").
+  function originRefused(refusal) {
+    return refusal.status === 403 && /\borigin\b/i.test(refusal.message);
+  }
+
   // What a refusal means, in words.
   function explain(refusal) {
+    if (originRefused(refusal)) {
+      return "The gateway does not accept requests from this page's address (" + window.location.origin + "). Its operator sets CRANK_PUBLIC_URL to it.";
+    }
     switch (refusal.status) {
       case 0:
         return "The gateway cannot be reached. Check the connection and try again.";
       case 401:
         return "The gateway did not accept this key: it is unknown, revoked or expired. Paste a valid approval key.";
       case 403:
-        return "This key may not decide here: it is an agent key or another agent's approval key. Use this agent's approval key. (" + refusal.message + ")";
+        return "This key may not be used here: it is an agent key or another agent's approval key. Use this agent's approval key.";
       case 404:
         return "Not found: this agent is not published, or the approval is not one of this agent's.";
       case 409:
@@ -303,7 +312,9 @@
       if (decided.status === "approved") followUntilFinished(record.id);
     } catch (refusal) {
       if (!(refusal instanceof Refusal)) throw refusal;
-      if (refusal.status === 401) return keyRefused(refusal);
+      if (refusal.status === 401 || (refusal.status === 403 && !originRefused(refusal))) {
+        return keyRefused(refusal);
+      }
       problem.textContent = explain(refusal);
       problem.dataset.status = String(refusal.status);
       problem.dataset.code = refusal.code;
@@ -373,8 +384,11 @@
       $("updated").textContent = "Updated " + new Date().toLocaleTimeString();
     } catch (refusal) {
       if (!(refusal instanceof Refusal)) throw refusal;
-      if (refusal.status === 401 || refusal.status === 403) keyRefused(refusal);
-      else showProblem(refusal);
+      if (refusal.status === 401 || (refusal.status === 403 && !originRefused(refusal))) {
+        keyRefused(refusal);
+      } else {
+        showProblem(refusal);
+      }
     } finally {
       loading = false;
     }

@@ -215,7 +215,9 @@ async def test_an_approver_approves_with_a_note_and_the_repeat_call_gets_the_out
         await page.goto(gateway.url + "/mcp" + INBOX)
         await expect(key_input(page)).to_be_focused()
         await check_page(page, "inbox-key")
-        await enter_key(page, shopfront.approval_key)
+        # From the keyboard alone: the key, then the note and the decision.
+        await page.keyboard.type(shopfront.approval_key)
+        await page.keyboard.press("Enter")
 
         pending = card(page, approval_id)
         await expect(pending.get_by_role("heading", name=GATED)).to_be_visible()
@@ -229,8 +231,11 @@ async def test_an_approver_approves_with_a_note_and_the_repeat_call_gets_the_out
         assert await stored_key(page) == [[shopfront.approval_key], [], ""]
         assert shopfront.approval_key not in page.url
 
-        await pending.get_by_label("Note (optional)").fill(NOTE)
-        await pending.get_by_role("button", name="Approve").click()
+        await pending.get_by_label("Note (optional)").focus()
+        await page.keyboard.type(NOTE)
+        await page.keyboard.press("Tab")
+        await expect(pending.get_by_role("button", name="Approve")).to_be_focused()
+        await page.keyboard.press("Enter")
         finished = card(page, approval_id, "recent")
         await expect(finished.locator(".badge")).to_have_text("completed", timeout=20_000)
         await expect(page.locator("#pending-empty")).to_be_visible()
@@ -318,3 +323,24 @@ async def test_a_link_to_an_approval_not_listed_is_read_by_its_id(
         await expect(problem).to_have_attribute("data-code", "not_found")
         await expect(page.locator("#pending-empty")).to_be_visible()
         await check_page(page, "inbox-linked-unknown")
+
+
+async def test_a_page_address_the_gateway_does_not_allow_is_told_on_a_decision(
+    browser: Browser, database_url: str, tmp_path: Path, shop: Shop, shopfront: Shopfront
+) -> None:
+    """A gateway not on a loopback name (here 127.0.0.2, which only its metrics bind;
+    granian binds 127.0.0.1) allows no loopback page: without CRANK_PUBLIC_URL the
+    page's POSTs (they carry its Origin) are refused; its GETs carry none and list."""
+    env = gateway_env(shop, CRANK_HOST="127.0.0.2")
+    async with run_gateway(database_url, tmp_path, extra_env=env) as gateway:
+        approval_id = await ask(gateway, shopfront, "origin-refused")
+        async with browser_page(browser) as page:
+            await page.goto(gateway.url + INBOX)
+            await enter_key(page, shopfront.approval_key)
+            pending = card(page, approval_id)
+            await pending.get_by_role("button", name="Deny").click()
+            problem = pending.locator(".field-problem")
+            await expect(problem).to_have_attribute("data-status", "403")
+            await expect(problem).to_contain_text("CRANK_PUBLIC_URL")
+            await expect(pending.get_by_role("button", name="Deny")).to_be_enabled()
+            assert await stored_key(page) == [[shopfront.approval_key], [], ""]  # kept
