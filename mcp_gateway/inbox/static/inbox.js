@@ -15,6 +15,7 @@
   const $ = (id) => document.getElementById(id);
   let key = null;
   let loading = false;
+  let again = false; // a load asked for while one ran: run once more after it
   let linkedShown = false;
 
   // --- the key -------------------------------------------------------------
@@ -361,7 +362,10 @@
   }
 
   async function load(withKey) {
-    if (loading) return;
+    if (loading) {
+      again = true;
+      return;
+    }
     loading = true;
     const focused = document.activeElement && document.activeElement.id;
     const notes = typedNotes();
@@ -391,6 +395,10 @@
       }
     } finally {
       loading = false;
+    }
+    if (again && key) {
+      again = false;
+      await load();
     }
   }
 
