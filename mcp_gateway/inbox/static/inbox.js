@@ -468,8 +468,14 @@
   function start() {
     const name = API.match(/\/v1\/([^/]+)\/([^/]+)\/approvals$/);
     if (name) {
-      $("agent-name").textContent = decodeURIComponent(name[1]) + "/" + decodeURIComponent(name[2]);
-      document.title = "Approvals of " + $("agent-name").textContent + " · Crank";
+      let agent = name[1] + "/" + name[2];
+      try {
+        agent = decodeURIComponent(agent);
+      } catch (_) {
+        /* a malformed escape: show the path as it is */
+      }
+      $("agent-name").textContent = agent;
+      document.title = "Approvals of " + agent + " · Crank";
     }
     $("key-form").addEventListener("submit", async (event) => {
       event.preventDefault(); // nothing is posted: the key goes to the API in a header

@@ -213,6 +213,7 @@ async def test_an_approver_approves_with_a_note_and_the_repeat_call_gets_the_out
     approval_id = await ask(gateway, shopfront, "inbox")
     async with browser_page(browser) as page:
         await page.goto(gateway.url + "/mcp" + INBOX)
+        await expect(page.get_by_role("heading", level=1)).to_have_text("Approvals default/sales")
         await expect(key_input(page)).to_be_focused()
         await check_page(page, "inbox-key")
         # From the keyboard alone: the key, then the note and the decision.
