@@ -3,7 +3,8 @@
 One ASGI callable fronts the process: the MCP endpoint
 (``/mcp/v1/{workspace}/{agent}`` and ``/v1/...``) goes straight to the lean
 handler, the approval-key endpoints (``.../{agent}/approvals...``) to
-mcp_gateway.approvals.endpoints; ``/healthz`` and ``/readyz`` are answered
+mcp_gateway.approvals.endpoints, the approver inbox (``.../approvals/inbox``, a
+static page that needs no database) to mcp_gateway.inbox.page; ``/healthz`` and ``/readyz`` are answered
 here. Metrics have their own port (``CRANK_METRICS_PORT``). Behind the
 proxies of ``CRANK_TRUSTED_PROXIES`` the client address of every request is
 the one they forwarded in ``X-Forwarded-For`` (granian's proxy-header wrapper).
@@ -51,6 +52,7 @@ from mcp_gateway.catalog.keys import KeyResolver
 from mcp_gateway.catalog.lookup_limits import LookupLimits
 from mcp_gateway.catalog.refresher import Refresher, resilient_conninfo
 from mcp_gateway.catalog.snapshot import Snapshot, SnapshotOptions
+from mcp_gateway.inbox import page as inbox_page
 from mcp_gateway.pipeline import elicitation_stream
 from mcp_gateway.pipeline.confirmation_tokens import REQUEST_STATES, ConfirmationSigner
 from mcp_gateway.state import GatewayState
@@ -113,7 +115,9 @@ class GatewayApp:
         path: str = scope["path"]
         match = MCP_PATH.fullmatch(path)
         state = self.state
-        if state is None:
+        if inbox := inbox_page.PATH.fullmatch(path):  # before approvals: "inbox" is no id
+            await inbox_page.handle(scope, send, inbox)
+        elif state is None:
             await respond(send, 503, encode({"status": "starting"}))
         elif match:
             await endpoint.handle(state, scope, receive, send, match[1], match[2])

@@ -94,6 +94,7 @@ def render(
         f"  control plane    {cp}   (API docs: {cp}/api/v1/schema/docs)",
         f"  web console      {cp}/ui/",
         f"  MCP gateway      {mcp}{gateway_note}",
+        f"  approver inbox   {state.gateway_url}/mcp/v1/{DEMO_WORKSPACE}/sales/approvals/inbox",
         f"  demo sales API   {sales_url}",
         f"  database         {database}",
         "",

@@ -54,9 +54,15 @@ def path_prefix(configured: str) -> str:
     return f"/{prefix}" if prefix else ""
 
 
+def approvals_path(prefix: str, workspace: str, agent: str) -> str:
+    """The server path of an agent's approvals (``/v1/{workspace}/{agent}/approvals``)
+    behind ``prefix``: the records below it, the approver inbox at ``.../inbox``."""
+    return f"{path_prefix(prefix)}/v1/{workspace}/{agent}/approvals"
+
+
 def approval_required(prefix: str, workspace: str, agent: str, approval_id: str) -> dict[str, Any]:
     """The seed's structure, URLs as server paths (``/v1/...``) behind ``prefix``."""
-    url = f"{path_prefix(prefix)}/v1/{workspace}/{agent}/approvals/{approval_id}"
+    url = f"{approvals_path(prefix, workspace, agent)}/{approval_id}"
     return {
         "status": "approval_required",
         "approval_id": approval_id,

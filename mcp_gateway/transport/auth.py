@@ -67,13 +67,24 @@ def origin_allowed(origin: str, allowed: tuple[str, ...], *, loopback_ok: bool) 
     return loopback_ok and host is not None and host in LOOPBACK_HOSTS
 
 
+def public_origin(public_url: str) -> str | None:
+    """The origin of ``CRANK_PUBLIC_URL`` (scheme and host), None when it is not set."""
+    return public_url.rstrip("/") or None
+
+
 def checked_origin(settings: Settings, headers: Headers) -> str | None:
     """The request's Origin when it is allowed, None when there is none; else 403.
 
-    The approval endpoints echo the returned Origin in their CORS headers."""
+    The gateway's own public origin is allowed besides ``CRANK_ALLOWED_ORIGINS``:
+    the approver inbox is served from it and its same-origin POSTs carry it
+    (docs/architecture.md, "The approver inbox"). The approval endpoints echo the
+    returned Origin in their CORS headers."""
     origin = headers.get("origin")
+    allowed = settings.allowed_origins
+    if own := public_origin(settings.public_url):
+        allowed = (*allowed, own)
     if origin is not None and not origin_allowed(
-        origin, settings.allowed_origins, loopback_ok=settings.host in LOOPBACK_HOSTS
+        origin, allowed, loopback_ok=settings.host in LOOPBACK_HOSTS
     ):
         raise ProtocolError(403, "Origin not allowed")
     return origin

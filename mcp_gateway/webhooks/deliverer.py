@@ -43,7 +43,7 @@ from mcp_gateway.catalog.workspace_state import WorkspaceState
 from mcp_gateway.upkeep.metrics import WEBHOOK_ATTEMPTS
 from mcp_gateway.webhooks import outbox
 from mcp_gateway.webhooks.outbox import ClaimedDelivery
-from mcp_gateway.webhooks.payloads import approval_url, render
+from mcp_gateway.webhooks.payloads import approval_links, render
 from shared.crypto import CryptoError, Sealed, SecretBox
 from shared.db import Connection, within
 from shared.engine.masking import masker_for
@@ -197,8 +197,8 @@ class WebhookDeliverer:
         no longer this claim's."""
         secrets = await self._workspace.secrets(row.agent_id, row.workspace_id)
         masker = masker_for(tuple(sorted(secrets.values())))
-        url = approval_url(self._options.public_url, self._options.path_prefix, row.payload)
-        body = render(row.format, row.event, row.payload, masker, url)
+        links = approval_links(self._options.public_url, self._options.path_prefix, row.payload)
+        body = render(row.format, row.event, row.payload, masker, links)
         kept = await self._write(lambda conn: outbox.keep_body(conn, row, self.owner, body))
         return body if kept else None
 

@@ -2,9 +2,11 @@
 (docs/mcp-interface.md, "Approvers are told").
 
 ``standard``: ``{type, timestamp, data: {approval_id, workspace, agent, tool,
-version, status, decided_by, note, arguments, approval_url}}``. ``slack``: a
-Slack-compatible message, ``{text, blocks}``, naming the tool, its arguments,
-the agent that asked and a link to the approval. Either way every string of
+version, status, decided_by, note, arguments, approval_url, api_url}}``:
+``approval_url`` is the approval on the approver inbox page (a person opens it),
+``api_url`` its record on the approval-key endpoints (a program reads it).
+``slack``: a Slack-compatible message, ``{text, blocks}``, naming the tool, its
+arguments, the agent that asked and a link to the approval in the inbox. Either way every string of
 the event (arguments, the approver's note) is masked with the workspace's
 secrets first (shared.engine.masking), so no secret value leaves in a payload;
 a payload never carries a secret of its own either (the signing secret only
@@ -13,11 +15,11 @@ signs).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
-from mcp_gateway.approvals.requests import path_prefix
+from mcp_gateway.approvals.requests import approvals_path
 from shared.engine.masking import Masker
 
 SLACK_ARGUMENTS_CHARS = 2800  # a Slack section's text holds at most 3000 characters
@@ -33,17 +35,20 @@ _HEADLINES = {
 }
 
 
-def approval_url(public_url: str, prefix: str, event: dict[str, Any]) -> str:
-    """The approval's URL on the gateway: absolute behind ``CRANK_PUBLIC_URL``, else
-    the server path that ``approval_required`` answers."""
-    path = (
-        f"{path_prefix(prefix)}/v1/{event['workspace']}/{event['agent']}"
-        f"/approvals/{event['approval_id']}"
-    )
-    return public_url.rstrip("/") + path
+class ApprovalLinks(NamedTuple):
+    page: str  # the approval in the approver inbox: .../approvals/inbox#approval_...
+    api: str  # its record: the approval_url that approval_required answers
 
 
-def event_data(event: dict[str, Any], masker: Masker, url: str) -> dict[str, Any]:
+def approval_links(public_url: str, prefix: str, event: dict[str, Any]) -> ApprovalLinks:
+    """The approval's URLs on the gateway: absolute behind ``CRANK_PUBLIC_URL``, else
+    server paths."""
+    base = public_url.rstrip("/") + approvals_path(prefix, event["workspace"], event["agent"])
+    approval_id = event["approval_id"]
+    return ApprovalLinks(page=f"{base}/inbox#{approval_id}", api=f"{base}/{approval_id}")
+
+
+def event_data(event: dict[str, Any], masker: Masker, links: ApprovalLinks) -> dict[str, Any]:
     """The ``data`` object of one event, masked."""
     data = {
         "approval_id": event["approval_id"],
@@ -55,15 +60,18 @@ def event_data(event: dict[str, Any], masker: Masker, url: str) -> dict[str, Any
         "decided_by": event.get("decided_by"),
         "note": event.get("note"),
         "arguments": event.get("arguments", {}),
-        "approval_url": url,
+        "approval_url": links.page,
+        "api_url": links.api,
     }
     masked: dict[str, Any] = masker.value(data)
     return masked
 
 
-def render(kind: str, event_type: str, event: dict[str, Any], masker: Masker, url: str) -> bytes:
+def render(
+    kind: str, event_type: str, event: dict[str, Any], masker: Masker, links: ApprovalLinks
+) -> bytes:
     """The body of a delivery of ``event_type`` in format ``kind``."""
-    data = event_data(event, masker, url)
+    data = event_data(event, masker, links)
     if kind == "slack":
         return _encoder.encode(slack_message(event_type, data))
     return _encoder.encode({"type": event_type, "timestamp": event["timestamp"], "data": data})

@@ -43,11 +43,16 @@ STOP_TIMEOUT_S = 45
 READY_MARKER = "Press Ctrl-C to stop everything."
 
 
-def get_json(url: str, token: str | None = None) -> tuple[int, Any]:
+def get_text(url: str, token: str | None = None) -> tuple[int, str]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     request = urllib.request.Request(url, headers=headers)  # noqa: S310 - loopback test URL
     with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
-        return response.status, json.loads(response.read())
+        return response.status, response.read().decode()
+
+
+def get_json(url: str, token: str | None = None) -> tuple[int, Any]:
+    status, text = get_text(url, token)
+    return status, json.loads(text)
 
 
 def postmaster(pgdata: Path) -> tuple[int, str] | None:
@@ -218,6 +223,15 @@ def check_printed_mcp_curl_lines(banner: str) -> None:
     assert json.loads(listed.stdout)["result"]["tools"][0]["name"] == "frankfurter_latest_rate"
 
 
+def check_printed_inbox_link(banner: str) -> None:
+    """The approver inbox line opens the page (docs/mcp-interface.md, "The approver inbox")."""
+    found = re.search(r"approver inbox\s+(http\S+/approvals/inbox)$", banner, re.M)
+    assert found is not None, banner
+    status, page = get_text(found[1])
+    assert status == 200
+    assert '<script src="inbox/inbox.js" defer></script>' in page
+
+
 def test_crank_up_serves_the_demo_and_stops_everything_on_sigint(start_crank_up: Any) -> None:
     crank_up: CrankUp = start_crank_up()
     banner = crank_up.wait_ready()
@@ -237,6 +251,7 @@ def test_crank_up_serves_the_demo_and_stops_everything_on_sigint(start_crank_up:
     status, order = get_json(f"http://127.0.0.1:{crank_up.ports['sales']}/orders/ord_123")
     assert (status, order["status"]) == (200, "draft")
     assert "/mcp/v1/default/currency-rates" in banner
+    check_printed_inbox_link(banner)
     assert f"curl {cp}/api/v1/workspaces -H 'Authorization: Bearer {token}'" in banner
 
     check_printed_mcp_curl_lines(banner)

@@ -160,7 +160,9 @@ async def test_created_decided_and_completed_are_delivered_signed_and_masked(
         "decided_by": None,
         "note": None,
         "arguments": {"item": f"sku {MASK}", "request_id": "r-1"},
-        "approval_url": f"{PUBLIC_URL}/v1/default/sales/approvals/{approval_id}",
+        # A person opens the approval in the inbox; a program reads its record.
+        "approval_url": f"{PUBLIC_URL}/v1/default/sales/approvals/inbox#{approval_id}",
+        "api_url": f"{PUBLIC_URL}/v1/default/sales/approvals/{approval_id}",
     }
     assert decided["data"]["status"] == "approved"
     assert decided["data"]["decided_by"].startswith("crk_approval_")
@@ -312,7 +314,8 @@ async def test_the_slack_format_names_tool_arguments_asker_and_link(shop_setup: 
     assert "default/sales" in body["text"]
     assert all(block["type"] == "section" for block in body["blocks"])
     texts = "\n".join(block["text"]["text"] for block in body["blocks"])
-    assert f"<{PUBLIC_URL}/v1/default/sales/approvals/{approval_id}|{approval_id}>" in texts
+    inbox = f"{PUBLIC_URL}/v1/default/sales/approvals/inbox#{approval_id}"
+    assert f"<{inbox}|{approval_id}>" in texts
     assert f"&lt;b&gt;&amp;{MASK}" in texts  # escaped for Slack's mrkdwn, the token masked
     assert "*Agent:* default/sales" in texts
     assert TOKEN not in message.body.decode()
