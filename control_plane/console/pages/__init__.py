@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from control_plane.console.pages import home, sign_in
+from control_plane.console.pages import home, sign_in, wizard
 
-route_handlers: list[Any] = [*sign_in.handlers, *home.handlers]
+route_handlers: list[Any] = [*sign_in.handlers, *home.handlers, *wizard.handlers]
