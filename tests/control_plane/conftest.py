@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,21 +23,24 @@ from tests.support.processes import free_port
 _workspaces = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def server(pg_server_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A control plane on a database of its own, shared by the module's tests."""
-    name = f"crank_cli_{os.getpid()}"
-    admin_sql(pg_server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    admin_sql(pg_server_url, f"CREATE DATABASE {name}")
-    database_url = database_url_for(pg_server_url, name)
+@contextmanager
+def serve_control_plane(
+    pg_server_url: str, log_dir: Path, database: str, **env: str
+) -> Iterator[Server]:
+    """A control plane served by granian on database ``database`` of its own, with
+    ``env`` added to its environment, for the block."""
+    admin_sql(pg_server_url, f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+    admin_sql(pg_server_url, f"CREATE DATABASE {database}")
+    database_url = database_url_for(pg_server_url, database)
     run_async(migrate(database_url))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("server") / "control-plane.log"
+    log = log_dir / "control-plane.log"
     env = clean_env(
         CRANK_DATABASE_URL=database_url,
         CRANK_SECRET_KEY=TEST_SECRET_KEY,
         CRANK_LOG_LEVEL="warning",
+        **env,
     )
     command = [
         sys.executable,
@@ -66,7 +70,15 @@ def server(pg_server_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
-        admin_sql(pg_server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin_sql(pg_server_url, f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
+@pytest.fixture(scope="module")
+def server(pg_server_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A control plane on a database of its own, shared by the module's tests."""
+    log_dir = tmp_path_factory.mktemp("server")
+    with serve_control_plane(pg_server_url, log_dir, f"crank_cli_{os.getpid()}") as served:
+        yield served
 
 
 @pytest.fixture

@@ -162,7 +162,9 @@ class StepPage:
             "edit_url": "" if new else _edit_url(self.ws, name),
             "fragment_url": "" if new else _fragment_url(self.ws, name),
             "action_url": (
-                f"/ui/w/{self.ws.slug}/operations/new" if new else _edit_url(self.ws, name, self.step)
+                f"/ui/w/{self.ws.slug}/operations/new"
+                if new
+                else _edit_url(self.ws, name, self.step)
             ),
             "method_options": [(method, method) for method in METHODS],
             "type_options": _TYPE_OPTIONS,
@@ -229,7 +231,9 @@ async def create_from_wizard(
     secret_names = await _secret_names(conn, ws)
     draft, errors = apply_request(_blank_draft(), values, secret_names)
     draft["name"] = values["name"].strip()
-    draft["input"], _added = schema_form.with_path_variables(draft["input"], draft["request"]["url"])
+    draft["input"], _added = schema_form.with_path_variables(
+        draft["input"], draft["request"]["url"]
+    )
     view = StepPage(request, ws, "request", draft)
     view.context.update(values=values, secret_names=secret_names, new=True)
     if errors:
@@ -255,7 +259,11 @@ async def edit_operation(ws: CurrentWorkspace, name: FromPath[str]) -> Redirect:
 
 @get(f"{_OPERATION}/edit/{{step:str}}", access=Role.EDITOR)
 async def edit_step(
-    request: AnyRequest, ws: CurrentWorkspace, conn: DbConn, name: FromPath[str], step: FromPath[str]
+    request: AnyRequest,
+    ws: CurrentWorkspace,
+    conn: DbConn,
+    name: FromPath[str],
+    step: FromPath[str],
 ) -> Template:
     _check_step(step)
     row = await require_operation(conn, ws, name)
@@ -280,7 +288,9 @@ async def _parameters_draft(
     extra, extra_error = schema_form.parse_extra(extra_text)
     schema = schema_form.schema_from_rows(rows, extra)
     view.context.update(_rows_context(rows, extra_text))
-    errors = {f"{row.key}.{field}": message for row in rows for field, message in row.errors.items()}
+    errors = {
+        f"{row.key}.{field}": message for row in rows for field, message in row.errors.items()
+    }
     if extra_error:
         errors["extra"] = extra_error
     return {**view.draft, "input": schema}, errors, rows
@@ -346,7 +356,9 @@ async def save_step(
         )
     elif step == "parameters":
         if action == "add" or action.startswith("remove:"):
-            view.context.update(_rows_context(_edited_rows(form, action), str(form.get("extra", ""))))
+            view.context.update(
+                _rows_context(_edited_rows(form, action), str(form.get("extra", "")))
+            )
             return view.render()
         draft, errors, rows = await _parameters_draft(view, form)
     elif step == "response":

@@ -128,8 +128,20 @@ def rows_from_form(form: Any) -> list[ParamRow]:
     for key in form.getall("row", [])[:MAX_ROWS]:
         if not isinstance(key, str) or not _KEY.fullmatch(key):
             continue
-        values = {name: str(form.get(f"{key}.{name}", "")).strip() for name in PARAM_FIELDS}
-        rows.append(ParamRow(key=key, required=form.get(f"{key}.required") == "on", **values))
+        value = {name: str(form.get(f"{key}.{name}", "")).strip() for name in PARAM_FIELDS}
+        rows.append(
+            ParamRow(
+                key=key,
+                required=form.get(f"{key}.required") == "on",
+                name=value["name"],
+                type=value["type"],
+                description=value["description"],
+                enum=value["enum"],
+                pattern=value["pattern"],
+                min=value["min"],
+                max=value["max"],
+            )
+        )
     return rows
 
 
@@ -202,7 +214,7 @@ def parse_extra(text: str) -> tuple[dict[str, Any], str | None]:
     except ValueError as exc:
         return {}, f"not JSON: {exc}"
     if not isinstance(value, dict):
-        return {}, "a JSON object of schema keywords, e.g. {\"additionalProperties\": false}"
+        return {}, 'a JSON object of schema keywords, e.g. {"additionalProperties": false}'
     return value, None
 
 

@@ -28,6 +28,7 @@ METHODS: Final = ("GET", "POST", "PUT", "PATCH", "DELETE")
 AUTH_TYPES: Final = ("none", "bearer", "header", "query", "basic")
 CONFIRMATIONS: Final = ("auto", "true", "false")
 MAX_LINES: Final = 100
+_CHOOSE_SECRET: Final = "choose a secret of this workspace (Secrets page)"  # noqa: S105 - a message
 
 # A spec field (prefix) -> the form field its errors are shown at, per step; first match wins.
 _PLACES: Final[dict[str, tuple[tuple[str, str], ...]]] = {
@@ -210,7 +211,7 @@ def apply_request(
         request["auth"] = None
     elif auth_type in AUTH_TYPES:
         if values["auth_secret"] not in secret_names:
-            errors["auth_secret"] = "choose a secret of this workspace (Secrets page)"
+            errors["auth_secret"] = _CHOOSE_SECRET
         name = values["auth_name"].strip() or None
         if auth_type in ("header", "query") and name is None:
             errors["auth_name"] = f"the {auth_type} name the secret is sent in"
@@ -312,7 +313,9 @@ def safety_values(draft: dict[str, Any]) -> dict[str, str]:
         "idempotency_argument": idempotency.get("argument", ""),
         "idempotency_header": idempotency.get("header", "Idempotency-Key"),
         "approval": "on" if draft["safety"]["approval"] else "",
-        "confirmation": confirmation if isinstance(confirmation, str) else str(confirmation).lower(),
+        "confirmation": confirmation
+        if isinstance(confirmation, str)
+        else str(confirmation).lower(),
         "timeout_ms": str(execution["timeout_ms"]),
         "retries": str(execution["retries"]),
     }

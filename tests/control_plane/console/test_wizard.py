@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import re
-from html import unescape
 from collections.abc import AsyncIterator, Iterator
+from html import unescape
 from typing import Any
 
 import pytest
@@ -105,9 +105,7 @@ async def test_the_request_step_creates_the_draft_with_path_variables_as_require
     assert page.status_code == 200
     assert 'name="_csrf"' in page.text
 
-    answer = await client.post(
-        NEW, data={"_csrf": editor, **request_form(query="status = status")}
-    )
+    answer = await client.post(NEW, data={"_csrf": editor, **request_form(query="status = status")})
     assert answer.status_code == 303
     assert answer.headers["location"] == edit("get_order", "parameters")
 
@@ -304,7 +302,8 @@ async def test_the_response_step_refuses_a_select_that_does_not_compile_at_its_f
     page = await step_page(client, "get_order", "response")
     form = {"_csrf": editor, "etag": etag_of(page), "arguments": "{}", "action": "next"}
     bad = await client.post(
-        edit("get_order", "response"), data={**form, "select": "items[", "max_items": "lots", "max_bytes": "4096"}
+        edit("get_order", "response"),
+        data={**form, "select": "items[", "max_items": "lots", "max_bytes": "4096"},
     )
     assert bad.status_code == 400
     assert set(field_errors(bad.text)) == {"select", "max_items"}
@@ -431,7 +430,8 @@ async def test_review_lists_lint_findings_and_publish_is_blocked_by_an_error(
     assert re.search(r'data-rule="name-generic" data-severity="error"', page)
     assert 'value="publish" disabled' in page
     refused = await client.post(
-        edit("call_api", "review"), data={"_csrf": editor, "etag": etag_of(page), "action": "publish"}
+        edit("call_api", "review"),
+        data={"_csrf": editor, "etag": etag_of(page), "action": "publish"},
     )
     assert refused.status_code == 422
     assert 'data-code="lint_failed"' in refused.text
@@ -444,7 +444,8 @@ async def test_publish_from_review_makes_version_one(
     await create_order(client, editor)
     page = await step_page(client, "get_order", "review")
     answer = await client.post(
-        edit("get_order", "review"), data={"_csrf": editor, "etag": etag_of(page), "action": "publish"}
+        edit("get_order", "review"),
+        data={"_csrf": editor, "etag": etag_of(page), "action": "publish"},
     )
     assert answer.status_code == 200, answer.text
     assert "Published version 1." in answer.text
