@@ -20,9 +20,10 @@ from litestar.params import FromPath
 from litestar.response import Redirect, Template
 
 from control_plane.auth import Role, Workspace
-from control_plane.console.pages import wizard_schema as schema_form
-from control_plane.console.pages.wizard_schema import ParamRow
-from control_plane.console.pages.wizard_steps import (
+from control_plane.console.rendering import is_htmx, page
+from control_plane.console.wizard import schema as schema_form
+from control_plane.console.wizard.schema import ParamRow
+from control_plane.console.wizard.steps import (
     METHODS,
     REQUEST_FIELDS,
     RESPONSE_FIELDS,
@@ -39,7 +40,6 @@ from control_plane.console.pages.wizard_steps import (
     response_values,
     safety_values,
 )
-from control_plane.console.rendering import is_htmx, page
 from control_plane.deps import Caller, CrankState, CurrentWorkspace, DbConn
 from control_plane.errors import ApiError, Conflict, LintFailed, NotFound, ValidationFailed
 from control_plane.etag import etag, parse_if_match

@@ -14,9 +14,9 @@ from litestar import Litestar
 from playwright.async_api import Browser
 
 from tests.support.api import Client
-from tests.control_plane.conftest import serve_control_plane
 from tests.support.browser import launch_browser
 from tests.support.cli import Server
+from tests.support.control_plane_server import serve_control_plane
 from tests.support.threaded_http import JsonHandler, ThreadedServer, serve_threaded
 
 

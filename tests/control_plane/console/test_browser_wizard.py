@@ -58,8 +58,10 @@ async def test_an_editor_builds_tries_and_publishes_an_operation_in_the_wizard(
         await check_page(page, "wizard-parameters")
         await page.get_by_role("button", name="Remove parameter 2").click()
         await expect(page.locator("fieldset.param")).to_have_count(1)
-        await page.locator("fieldset.param").get_by_label("Description").fill(
-            "The order's number, e.g. A-7."
+        await (
+            page.locator("fieldset.param")
+            .get_by_label("Description")
+            .fill("The order's number, e.g. A-7.")
         )
         await page.get_by_role("button", name="Save and continue").click()
 

@@ -13,7 +13,7 @@ import copy
 import json
 from typing import Any, Final
 
-from control_plane.console.pages.wizard_schema import ParamRow
+from control_plane.console.wizard.schema import ParamRow
 from shared.engine.spec_validation import FieldError
 
 STEPS: Final = ("request", "parameters", "response", "safety", "review")
