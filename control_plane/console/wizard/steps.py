@@ -103,6 +103,9 @@ def place_errors(
     elsewhere: list[FieldError] = []
     for error in errors:
         place = _row_place(error.field, rows or []) if step == "parameters" else None
+        if error.field == "input.required":  # names a path variable: said above the rows
+            elsewhere.append(error)
+            continue
         if place is None:
             place = next(
                 (to for prefix, to in _PLACES.get(step, ()) if _under(error.field, prefix)), None

@@ -521,3 +521,78 @@ async def test_an_unknown_step_or_operation_is_404(client: Client, editor: str) 
     assert redirect.status_code == 303
     assert redirect.headers["location"] == edit("get_order", "request")
     assert csrf_of(await step_page(client, "get_order", "safety")) == editor
+
+
+async def test_a_schema_written_by_hand_survives_the_parameters_step_unchanged(
+    client: Client, editor: str, admin_token: str
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "order_id": {"type": "integer", "description": "The order.", "minimum": 1},
+            "tags": {"type": "array", "items": {"type": "string"}, "description": "Tags."},
+        },
+        "required": ["order_id", "tags"],
+        "additionalProperties": False,
+    }
+    created = await client.post(
+        API,
+        json={
+            "name": "tag_order",
+            "description": "Tags one order. Use when the user labels an order.",
+            "input": schema,
+            "request": {
+                "method": "POST",
+                "url": "https://api.example.com/orders/{order_id}/tags",
+                "body": "tags",
+            },
+        },
+        headers=auth(admin_token),
+    )
+    assert created.status_code == 201, created.text
+    page = await step_page(client, "tag_order", "parameters")
+    (key,) = row_keys(page)  # tags has items: the advanced field holds it
+    assert "&#34;items&#34;" in page
+    extra = re.search(r'<textarea id="f-extra"[^>]*>([^<]*)</textarea>', page)
+    assert extra
+    answer = await client.post(
+        edit("tag_order", "parameters"),
+        data={
+            "_csrf": editor,
+            "etag": etag_of(page),
+            "row": key,
+            f"{key}.name": "order_id",
+            f"{key}.type": "integer",
+            f"{key}.required": "on",
+            f"{key}.description": "The order.",
+            f"{key}.min": "1",
+            "extra": unescape(extra.group(1)),
+            "action": "next",
+        },
+    )
+    assert answer.status_code == 303, answer.text
+    stored = await draft(client, admin_token, "tag_order")
+    assert stored["draft"]["input"] == schema
+    assert stored["revision"] == 1  # the same draft again changes nothing
+
+
+async def test_try_it_of_a_post_asks_for_the_acknowledgement_before_any_call(
+    client: Client, editor: str
+) -> None:
+    await create_order(
+        client,
+        editor,
+        name="cancel_order",
+        method="POST",
+        url="https://api.example.com/orders/{order_id}/cancel",
+    )
+    page = await step_page(client, "cancel_order", "response")
+    assert "Make the real POST call upstream" in page
+    refused = await client.post(
+        f"/ui/w/{WS}/operations/cancel_order/wizard/try",
+        data={"select": "", "arguments": '{"order_id": "A-7"}'},
+        headers={"HX-Request": "true", "X-CSRF-Token": editor},
+    )
+    assert refused.status_code == 200
+    assert set(field_errors(refused.text)) == {"acknowledge"}
+    assert 'class="selected"' not in refused.text
