@@ -153,6 +153,7 @@ class StepPage:
 
     def render(self, status_code: int = 200, **context: Any) -> Template:
         name = self.draft["name"]
+        context = {**self.context, **context}
         new = not name or context.get("new", False)
         shared = {
             "step": self.step,
@@ -177,7 +178,7 @@ class StepPage:
             self.request,
             "wizard.html",
             status_code=status_code,
-            **{**shared, **self.context, **context},
+            **{**shared, **context},
         )
 
 

@@ -42,7 +42,13 @@ async def test_an_editor_builds_tries_and_publishes_an_operation_in_the_wizard(
         await page.goto(f"{server.url}/ui/w/{WS}/operations/new")
         await expect(page.get_by_role("heading", name="New operation")).to_be_visible()
         await check_page(page, "wizard-request")
-        await page.get_by_label("Name", exact=True).fill("get_order")
+        await page.get_by_label("Name", exact=True).fill("get order")
+        await page.get_by_role("button", name="Create draft and continue").click()
+        name_field = page.get_by_label("Name", exact=True)
+        await expect(name_field).to_have_attribute("aria-invalid", "true")
+        await expect(page.locator('[data-field="description"]')).to_be_visible()
+        await check_page(page, "wizard-request-errors")
+        await name_field.fill("get_order")
         await page.get_by_label("Description").fill(
             "Reads one order by its id. Use when the user asks about an order."
         )

@@ -137,6 +137,8 @@ async def test_the_request_step_shows_every_error_beside_its_field_and_saves_not
     assert answer.status_code == 400
     assert set(field_errors(answer.text)) == {"name", "description", "url", "query", "auth_secret"}
     assert 'aria-invalid="true"' in answer.text
+    assert f'action="{NEW}"' in answer.text  # sent again, it still creates
+    assert 'value="get order!"' in answer.text  # what was typed stays
     listed = await client.get(API, headers=auth(admin_token))
     assert listed.json()["items"] == []
 
