@@ -39,6 +39,7 @@ from control_plane.console.wizard.steps import (
     request_values,
     response_values,
     safety_values,
+    step_of,
 )
 from control_plane.deps import Caller, CrankState, CurrentWorkspace, DbConn
 from control_plane.errors import ApiError, Conflict, LintFailed, NotFound, ValidationFailed
@@ -173,6 +174,7 @@ class StepPage:
             "method": self.draft["request"]["method"],
             "parameter_names": list((self.draft["input"].get("properties") or {}).keys()),
             "pretty": _pretty,
+            "step_of": step_of,
         }
         return page(
             self.request,

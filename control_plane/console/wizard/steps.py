@@ -119,6 +119,19 @@ def place_errors(
     return placed, elsewhere
 
 
+_STEP_OF_FIELD: Final = (
+    ("input", "parameters"),
+    ("response", "response"),
+    ("execution_config", "safety"),
+    ("safety", "safety"),
+)
+
+
+def step_of(field: str | None) -> str:
+    """The step whose form edits a spec field (a lint finding's field links to it)."""
+    return next((step for prefix, step in _STEP_OF_FIELD if _under(field or "", prefix)), "request")
+
+
 def form_values(form: Any, names: tuple[str, ...]) -> dict[str, str]:
     return {name: str(form.get(name, "")) for name in names}
 

@@ -430,6 +430,7 @@ async def test_review_lists_lint_findings_and_publish_is_blocked_by_an_error(
     await create_order(client, editor, name="call_api")
     page = await step_page(client, "call_api", "review")
     assert re.search(r'data-rule="name-generic" data-severity="error"', page)
+    assert f'<a href="{edit("call_api", "request")}"><code>name</code></a>' in page
     assert 'value="publish" disabled' in page
     refused = await client.post(
         edit("call_api", "review"),
