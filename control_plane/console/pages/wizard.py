@@ -358,11 +358,10 @@ async def save_step(
             draft["input"], draft["request"]["url"]
         )
     elif step == "parameters":
-        if action == "add" or action.startswith("remove:"):
-            view.context.update(
-                _rows_context(_edited_rows(form, action), str(form.get("extra", "")))
-            )
-            return view.render()
+        if action == "add" or action.startswith("remove:"):  # without JavaScript
+            edited = _edited_rows(form, action)
+            view.context.update(_rows_context(edited, str(form.get("extra", ""))))
+            return view.render(focus_key=edited[-1].key if action == "add" and edited else "")
         draft, errors, rows = await _parameters_draft(view, form)
     elif step == "response":
         values = form_values(form, RESPONSE_FIELDS)
@@ -435,6 +434,7 @@ async def parameter_rows(
     row = await require_operation(conn, ws, name)
     form = await request.form()
     rows = _edited_rows(form, str(form.get("action", "")))
+    added = rows[-1].key if rows and form.get("action") == "add" else ""
     return page(
         request,
         "wizard_rows.html",
@@ -443,6 +443,7 @@ async def parameter_rows(
         errors={},
         edit_url=_edit_url(ws, name),
         fragment_url=_fragment_url(ws, name),
+        focus_key=added,
         path_variables=_url_variables(row.draft["request"]["url"]),
     )
 

@@ -61,6 +61,7 @@ async def test_an_editor_builds_tries_and_publishes_an_operation_in_the_wizard(
         await expect(page.locator("#path-variables")).to_contain_text("order_id")
         await page.get_by_role("button", name="Add parameter").click()  # htmx: no reload
         await expect(page.locator("fieldset.param")).to_have_count(2)
+        await expect(page.locator("fieldset.param").nth(1).get_by_label("Name")).to_be_focused()
         await check_page(page, "wizard-parameters")
         await page.get_by_role("button", name="Remove parameter 2").click()
         await expect(page.locator("fieldset.param")).to_have_count(1)
