@@ -5,19 +5,14 @@ from __future__ import annotations
 
 import itertools
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from control_plane.cli.client import Client
-from shared.migrate import migrate
-from tests.support.api import make_token
-from tests.support.cli import Server, clean_env, run_async, wait_until_healthy
-from tests.support.db import TEST_SECRET_KEY, admin_sql, database_url_for
-from tests.support.processes import free_port
+from tests.support.cli import Server, clean_env
+from tests.support.control_plane_server import serve_control_plane
 
 _workspaces = itertools.count()
 
@@ -25,48 +20,9 @@ _workspaces = itertools.count()
 @pytest.fixture(scope="module")
 def server(pg_server_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A control plane on a database of its own, shared by the module's tests."""
-    name = f"crank_cli_{os.getpid()}"
-    admin_sql(pg_server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    admin_sql(pg_server_url, f"CREATE DATABASE {name}")
-    database_url = database_url_for(pg_server_url, name)
-    run_async(migrate(database_url))
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("server") / "control-plane.log"
-    env = clean_env(
-        CRANK_DATABASE_URL=database_url,
-        CRANK_SECRET_KEY=TEST_SECRET_KEY,
-        CRANK_LOG_LEVEL="warning",
-    )
-    command = [
-        sys.executable,
-        "-m",
-        "granian",
-        "--interface",
-        "asgi",
-        "--factory",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--workers",
-        "1",
-        "control_plane.app:create_app",
-    ]
-    with log.open("wb") as output:
-        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
-    try:
-        wait_until_healthy(url, process, log)
-        token = run_async(make_token(database_url, "admin", name="cli-tests"))
-        yield Server(url=url, database_url=database_url, admin_token=token, pid=process.pid)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-        admin_sql(pg_server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    log_dir = tmp_path_factory.mktemp("server")
+    with serve_control_plane(pg_server_url, log_dir, f"crank_cli_{os.getpid()}") as served:
+        yield served
 
 
 @pytest.fixture

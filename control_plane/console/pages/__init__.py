@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from control_plane.console.pages import home, operations, sign_in
+from control_plane.console.pages import home, operations, sign_in, wizard
 
-route_handlers: list[Any] = [*sign_in.handlers, *home.handlers, *operations.handlers]
+route_handlers: list[Any] = [
+    *sign_in.handlers,
+    *home.handlers,
+    *operations.handlers,
+    *wizard.handlers,
+]
