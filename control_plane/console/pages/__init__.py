@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from control_plane.console.pages import home, sign_in
+from control_plane.console.pages import agents, home, keys, secrets, sign_in, webhooks
 
-route_handlers: list[Any] = [*sign_in.handlers, *home.handlers]
+route_handlers: list[Any] = [
+    *sign_in.handlers,
+    *home.handlers,
+    *agents.handlers,
+    *webhooks.handlers,
+    *keys.handlers,
+    *secrets.handlers,
+]
