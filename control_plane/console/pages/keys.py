@@ -100,7 +100,7 @@ async def create(
             wanted = msgspec.convert(
                 {
                     "agent": submitted["agent"],
-                    "kind": submitted["kind"],
+                    "kind": submitted["kind"] or "agent",
                     "name": submitted["name"],
                     "expires_at": _expiry(submitted["expires_days"]),
                 },

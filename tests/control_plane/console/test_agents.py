@@ -31,7 +31,7 @@ async def acme(client: Client, admin_token: str) -> None:
     """Workspace acme with one published operation and one never published."""
     await create_workspace(client, admin_token, "acme")
     applied = await client.post(
-        f"{API}/apply", json={"operations": [rates_operation()]}, headers=auth(admin_token)
+        f"{API}/apply?publish=true", json={"operations": [rates_operation()]}, headers=auth(admin_token)
     )
     assert applied.status_code == 200, applied.text
     drafted = await client.post(
@@ -95,7 +95,9 @@ async def test_an_editor_creates_binds_publishes_with_warnings_and_unpublishes(
     )
     assert published.status_code == 200, published.text
     assert "Published as version 1" in published.text
-    assert "operation_not_published" in published.text  # the draft operation is left out
+    # The operation never published is left out of the catalog, and the page says so.
+    assert published.text.count("operation_not_published") == 1
+    assert f"operation &#39;{DRAFT_OP}&#39; has no published version" in published.text
     state = await _agent(client, admin_token)
     assert state["published"] is not None
     assert "published v1" in (await client.get(UI)).text
