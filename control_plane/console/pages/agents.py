@@ -311,9 +311,7 @@ async def unpublish(
         if not is_stale(exc):
             raise
         row = await require_agent(conn, ws, slug)
-        return await agent_page(
-            request, ws, conn, app_state, row, status_code=409, stale=True
-        )
+        return await agent_page(request, ws, conn, app_state, row, status_code=409, stale=True)
     return Redirect(f"{agent_path(ws, slug)}?done=unpublished", status_code=303)
 
 

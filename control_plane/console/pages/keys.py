@@ -122,9 +122,7 @@ async def create(
         errors = field_errors(exc)
         if "expires_at" in errors:
             errors["expires_days"] = errors.pop("expires_at")
-        return await _keys_page(
-            request, ws, conn, status_code=400, errors=errors, form=submitted
-        )
+        return await _keys_page(request, ws, conn, status_code=400, errors=errors, form=submitted)
     return await _keys_page(request, ws, conn, status_code=201, issued=issued)
 
 

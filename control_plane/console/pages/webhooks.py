@@ -33,14 +33,12 @@ async def create(
     app_state: CrankState,
 ) -> Template:
     form = await read_form(request)
-    submitted = {
-        "url": text(form, "url"),
-        "events": values(form, "events"),
-        "format": text(form, "format") or "standard",
-    }
     spec = WebhookSpec(
-        url=submitted["url"], events=submitted["events"], format=submitted["format"]
+        url=text(form, "url"),
+        events=values(form, "events"),
+        format=text(form, "format") or "standard",
     )
+    submitted = {"url": spec.url, "events": spec.events, "format": spec.format}
     row = await require_agent(conn, ws, slug)
     try:
         created = await create_webhook(conn, app_state.box, ws, principal.actor, slug, spec)

@@ -31,7 +31,9 @@ async def acme(client: Client, admin_token: str) -> None:
     """Workspace acme with one published operation and one never published."""
     await create_workspace(client, admin_token, "acme")
     applied = await client.post(
-        f"{API}/apply?publish=true", json={"operations": [rates_operation()]}, headers=auth(admin_token)
+        f"{API}/apply?publish=true",
+        json={"operations": [rates_operation()]},
+        headers=auth(admin_token),
     )
     assert applied.status_code == 200, applied.text
     drafted = await client.post(
@@ -175,7 +177,8 @@ async def test_the_endpoint_is_a_gateway_path_and_the_snippets_hold_no_key(
         assert textwrap.dedent(line) in text  # crank up's own curl lines, shared
     assert re.search(r"crk_(agent|approval)_[A-Za-z0-9]{20}", text) is None
     copy_targets = set(re.findall(r'data-copy="([^"]+)"', page.text))
-    assert copy_targets and all(f'id="{target}"' in page.text for target in copy_targets)
+    assert copy_targets
+    assert all(f'id="{target}"' in page.text for target in copy_targets)
 
 
 async def test_with_a_public_url_the_endpoint_is_a_whole_url(
@@ -196,8 +199,9 @@ async def test_with_a_public_url_the_endpoint_is_a_whole_url(
         assert '<code id="endpoint-url">https://mcp.example.com/mcp/v1/acme/rates</code>' in (
             page.text
         )
-        assert "claude mcp add --transport http crank-acme-rates https://mcp.example.com/mcp/v1/acme/rates" in (
-            html.unescape(page.text)
+        assert (
+            "claude mcp add --transport http crank-acme-rates https://mcp.example.com/mcp/v1/acme/rates"
+            in (html.unescape(page.text))
         )
 
 
@@ -223,7 +227,8 @@ async def test_a_webhook_secret_is_shown_once_and_a_subscription_revoked_after_c
     )
     assert created.status_code == 200, created.text
     secret = re.search(r'id="webhook-secret">([^<]+)<', created.text)
-    assert secret and secret.group(1).startswith("whsec_")
+    assert secret
+    assert secret.group(1).startswith("whsec_")
     listed = await client.get(f"{API}/agents/rates/webhooks", headers=auth(admin_token))
     [subscription] = listed.json()["items"]
     assert subscription["events"] == ["approval.created", "approval.decided"]

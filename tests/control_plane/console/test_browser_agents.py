@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import re
 
-from playwright.async_api import Browser, expect
+from playwright.async_api import Browser, Page, expect
 
 from control_plane.cli.client import Client as CliClient
-from tests.support.browser import browser_page, check_page
+from tests.support.browser import PHONE, browser_page, check_page
 from tests.support.cli import Server
 from tests.support.console import browser_sign_in
 from tests.support.crank_files import rates_operation
@@ -17,6 +17,18 @@ from tests.support.crank_files import rates_operation
 WS = "browser-agents"
 PUBLISHED_OP = "frankfurter_latest_rate"
 DRAFT_OP = "frankfurter_draft_rate"
+
+
+async def check(page: Page, name: str) -> None:
+    """check_page, and nothing wider than a phone's screen at phone width (tables scroll
+    in their own box)."""
+    await check_page(page, name)
+    size = page.viewport_size
+    await page.set_viewport_size(PHONE)
+    width = await page.evaluate("document.documentElement.scrollWidth")
+    assert width <= PHONE["width"], f"{name} is {width}px wide at phone width"
+    if size is not None:
+        await page.set_viewport_size(size)
 
 
 async def test_an_owner_publishes_an_agent_and_creates_copies_and_revokes_its_key(
@@ -35,7 +47,7 @@ async def test_an_owner_publishes_an_agent_and_creates_copies_and_revokes_its_ke
         await browser_sign_in(page, server.url, server.admin_token)
         await page.goto(f"{base}/agents")
         await expect(page.get_by_text("No agents yet")).to_be_visible()
-        await check_page(page, "agents-empty")
+        await check(page, "agents-empty")
 
         await page.get_by_label("Slug").fill("rates")
         await page.get_by_label("Title").fill("Currency rates")
@@ -52,10 +64,10 @@ async def test_an_owner_publishes_an_agent_and_creates_copies_and_revokes_its_ke
         await expect(warning).to_contain_text(DRAFT_OP)
         await page.get_by_text("Client configurations").click()
         await expect(page.get_by_role("heading", name="Claude Code")).to_be_visible()
-        await check_page(page, "agent-published")
+        await check(page, "agent-published")
 
         await page.goto(f"{base}/keys")
-        await check_page(page, "keys-empty")
+        await check(page, "keys-empty")
         await page.get_by_label("Agent key").check()
         await page.get_by_label("Name (optional)").fill("browser test")
         await page.get_by_role("button", name="Create key").click()
@@ -65,17 +77,17 @@ async def test_an_owner_publishes_an_agent_and_creates_copies_and_revokes_its_ke
         await page.get_by_role("button", name="Copy key").click()
         await expect(page.get_by_role("button", name="Copied")).to_be_visible()
         assert await page.evaluate("navigator.clipboard.readText()") == key
-        await check_page(page, "key-created")
+        await check(page, "key-created")
 
         await page.goto(f"{base}/keys")
         assert key not in await page.content()  # shown once
         await page.get_by_role("link", name=re.compile(r"^Revoke crk_agent_")).click()
         await expect(page.get_by_role("heading", name="Revoke API key")).to_be_visible()
-        await check_page(page, "key-revoke")
+        await check(page, "key-revoke")
         await page.get_by_role("button", name="Revoke key").click()
         await expect(page.get_by_text("Key revoked")).to_be_visible()
         await expect(page.locator(".badge.error")).to_contain_text("revoked")
-        await check_page(page, "keys-revoked")
+        await check(page, "keys-revoked")
 
         await page.goto(f"{base}/secrets")
         await page.get_by_label("Name").fill("rates_token")
@@ -83,4 +95,4 @@ async def test_an_owner_publishes_an_agent_and_creates_copies_and_revokes_its_ke
         await page.get_by_role("button", name="Save secret").click()
         await expect(page.get_by_text("Secret stored")).to_be_visible()
         assert "s3cret-value" not in await page.content()
-        await check_page(page, "secrets")
+        await check(page, "secrets")

@@ -19,9 +19,7 @@ KEY = re.compile(r'id="new-key">(crk_(?:agent|approval)_[A-Za-z0-9]+)<')
 @pytest.fixture
 async def acme(client: Client, admin_token: str) -> None:
     await create_workspace(client, admin_token, "acme")
-    created = await client.post(
-        f"{API}/agents", json={"slug": "rates"}, headers=auth(admin_token)
-    )
+    created = await client.post(f"{API}/agents", json={"slug": "rates"}, headers=auth(admin_token))
     assert created.status_code == 201, created.text
 
 
@@ -47,7 +45,8 @@ async def test_a_new_key_is_shown_once_and_on_no_later_page(
     assert created.status_code == 201, created.text
     assert "location" not in created.headers  # no redirect: the key is in no URL
     found = KEY.search(created.text)
-    assert found and found.group(1).startswith("crk_agent_")
+    assert found
+    assert found.group(1).startswith("crk_agent_")
     key = found.group(1)
     assert 'data-copy="new-key"' in created.text
     [listed] = await _keys(client, admin_token)
@@ -73,7 +72,8 @@ async def test_an_approval_key_is_created_and_listed_as_its_own_kind(
     created = await client.post(UI, data={"_csrf": csrf, "agent": "rates", "kind": "approval"})
     assert created.status_code == 201
     found = KEY.search(created.text)
-    assert found and found.group(1).startswith("crk_approval_")
+    assert found
+    assert found.group(1).startswith("crk_approval_")
     [listed] = await _keys(client, admin_token)
     assert listed["kind"] == "approval"
 

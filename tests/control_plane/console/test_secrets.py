@@ -77,7 +77,9 @@ async def test_a_refused_secret_says_why_and_does_not_echo_the_value(
 async def test_a_viewer_sees_names_but_no_write_controls_and_a_forged_write_is_refused(
     client: Client, admin_token: str, database_url: str
 ) -> None:
-    stored = await client.put(f"{API}/db_password", json={"value": VALUE}, headers=auth(admin_token))
+    stored = await client.put(
+        f"{API}/db_password", json={"value": VALUE}, headers=auth(admin_token)
+    )
     assert stored.status_code == 201
     csrf = await sign_in(client, await make_token(database_url, "viewer", workspace="acme"))
     page = await client.get(UI)
