@@ -13,6 +13,7 @@ import textwrap
 from dataclasses import dataclass
 
 from control_plane.cli.banner import approval_curls, mcp_curls
+from shared.public_urls import mcp_endpoint_path
 
 KEY_PLACEHOLDER = "<agent key: crk_agent_...>"
 APPROVAL_KEY_PLACEHOLDER = "<approval key: crk_approval_...>"
@@ -33,8 +34,9 @@ class Endpoint:
         return f"{self.url}/approvals"
 
 
-def endpoint(public_url: str, workspace: str, agent: str) -> Endpoint:
-    path = f"/mcp/v1/{workspace}/{agent}"
+def endpoint(public_url: str, prefix: str, workspace: str, agent: str) -> Endpoint:
+    """``public_url`` and ``prefix``: CRANK_PUBLIC_URL and CRANK_PUBLIC_PATH_PREFIX."""
+    path = mcp_endpoint_path(prefix, workspace, agent)
     base = public_url.rstrip("/")
     return Endpoint(path=path, url=base + path, absolute=bool(base))
 

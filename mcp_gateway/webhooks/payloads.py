@@ -17,8 +17,8 @@ from typing import Any
 
 import msgspec
 
-from mcp_gateway.approvals.requests import path_prefix
 from shared.engine.masking import Masker
+from shared.public_urls import path_prefix
 
 SLACK_ARGUMENTS_CHARS = 2800  # a Slack section's text holds at most 3000 characters
 

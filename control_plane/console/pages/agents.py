@@ -176,7 +176,8 @@ async def agent_page(
     new_webhook: CreatedWebhook | None = None,
 ) -> Template:
     draft = agent_from_builtins(row.draft)
-    target = endpoint(app_state.settings.public_url, ws.slug, row.slug)
+    settings = app_state.settings
+    target = endpoint(settings.public_url, settings.public_path_prefix, ws.slug, row.slug)
     bound = draft_form["operations"] if draft_form else draft.operations
     return page(
         request,

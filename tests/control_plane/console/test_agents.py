@@ -181,14 +181,22 @@ async def test_the_endpoint_is_a_gateway_path_and_the_snippets_hold_no_key(
     assert all(f'id="{target}"' in page.text for target in copy_targets)
 
 
+@pytest.mark.parametrize(
+    ("prefix", "url"),
+    [
+        ("", "https://mcp.example.com/mcp/v1/acme/rates"),
+        ("crank/", "https://mcp.example.com/crank/v1/acme/rates"),  # a proxy's path prefix
+    ],
+)
 async def test_with_a_public_url_the_endpoint_is_a_whole_url(
-    database_url: str, admin_token: str
+    database_url: str, admin_token: str, prefix: str, url: str
 ) -> None:
     app = create_app(
         Settings(
             database_url=database_url,
             secret_key=TEST_SECRET_KEY,
             public_url="https://mcp.example.com/",
+            public_path_prefix=prefix,
         )
     )
     async with AsyncTestClient(app=app) as public_client:
@@ -196,13 +204,11 @@ async def test_with_a_public_url_the_endpoint_is_a_whole_url(
         await create_workspace(public_client, admin_token, "acme")
         csrf = await sign_in(public_client, admin_token)
         page = await public_client.get(await _create(public_client, csrf))
-        assert '<code id="endpoint-url">https://mcp.example.com/mcp/v1/acme/rates</code>' in (
-            page.text
-        )
-        assert (
-            "claude mcp add --transport http crank-acme-rates https://mcp.example.com/mcp/v1/acme/rates"
-            in (html.unescape(page.text))
-        )
+        assert f'<code id="endpoint-url">{url}</code>' in page.text
+        text = html.unescape(page.text)
+        assert f"claude mcp add --transport http crank-acme-rates {url}" in text
+        assert f"curl {url}/approvals" in text
+        assert "on the MCP gateway's host" not in text
 
 
 @pytest.mark.usefixtures("acme")

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from shared.db import connect
 from tests.support.api import Client, auth, create_workspace, make_token
 from tests.support.console import sign_in
 
@@ -36,7 +37,7 @@ async def _keys(client: Client, token: str) -> list[dict[str, object]]:
 
 @pytest.mark.usefixtures("acme")
 async def test_a_new_key_is_shown_once_and_on_no_later_page(
-    client: Client, admin_token: str, database_url: str
+    client: Client, admin_token: str, database_url: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
     csrf = await _owner(client, database_url)
     created = await client.post(
@@ -59,6 +60,13 @@ async def test_a_new_key_is_shown_once_and_on_no_later_page(
         assert later.status_code == 200, path
         assert key not in later.text, path
     assert f"{listed['prefix']}…" in (await client.get(UI)).text
+    async with await connect(database_url) as conn:
+        cur = await conn.execute("SELECT row_to_json(a)::text AS row FROM audit_log a")
+        audit = [row["row"] for row in await cur.fetchall()]
+    assert any("key.create" in row for row in audit)
+    assert not any(key in row for row in audit)  # the audit log holds the prefix only
+    captured = capfd.readouterr()
+    assert key not in captured.out + captured.err  # nor does any log line
 
 
 @pytest.mark.usefixtures("acme")
