@@ -145,7 +145,7 @@ async def test_a_refused_create_says_why_next_to_the_field(
     bad = await client.post(UI, data={"_csrf": csrf, "slug": "Not A Slug", "title": "Kept"})
     assert bad.status_code == 400
     assert 'id="slug-error"' in bad.text
-    assert 'aria-describedby="slug-error"' in bad.text
+    assert 'aria-invalid="true" aria-describedby="slug-error slug-hint"' in bad.text
     assert 'value="Kept"' in bad.text  # what was typed stays in the form
     await _create(client, csrf)
     taken = await client.post(UI, data={"_csrf": csrf, "slug": "rates"})
