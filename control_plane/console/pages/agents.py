@@ -251,7 +251,11 @@ async def save_draft(
     try:
         await update_agent_draft(conn, ws, principal.actor, slug, spec, expected)
     except ApiError as exc:
-        if not (isinstance(exc, ValidationFailed) or is_stale(exc)):
+        if is_stale(exc):  # the current draft, not the one the change was based on
+            return await agent_page(
+                request, ws, conn, app_state, current, status_code=409, stale=True
+            )
+        if not isinstance(exc, ValidationFailed):
             raise
         return await agent_page(
             request,
@@ -259,9 +263,8 @@ async def save_draft(
             conn,
             app_state,
             current,
-            status_code=409 if is_stale(exc) else 400,
-            stale=is_stale(exc),
-            errors={} if is_stale(exc) else field_errors(exc),
+            status_code=400,
+            errors=field_errors(exc),
             draft_form=submitted,
         )
     return Redirect(f"{agent_path(ws, slug)}?done=saved", status_code=303)

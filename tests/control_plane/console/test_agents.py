@@ -126,6 +126,8 @@ async def test_a_draft_changed_since_the_page_was_rendered_is_not_overwritten(
     assert second.status_code == 409
     assert "stale_revision" in second.text
     assert "Reload" in second.text
+    assert 'value="First"' in second.text  # the page now shows the draft as it is
+    assert hidden_value(second.text, "etag") != rendered
     stale_publish = await client.post(f"{path}/publish", data={"_csrf": csrf, "etag": rendered})
     assert stale_publish.status_code == 409
     state = await _agent(client, admin_token)
