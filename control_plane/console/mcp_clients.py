@@ -18,6 +18,8 @@ from shared.public_urls import mcp_endpoint_path
 KEY_PLACEHOLDER = "<agent key: crk_agent_...>"
 APPROVAL_KEY_PLACEHOLDER = "<approval key: crk_approval_...>"
 KEY_VARIABLE = "CRANK_AGENT_KEY"
+# Shell-safe (no < or >): the curl lines hold it unquoted.
+GATEWAY_PLACEHOLDER = "https://GATEWAY_HOST"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +32,14 @@ class Endpoint:
     absolute: bool
 
     @property
+    def client_url(self) -> str:
+        """What a client configuration holds: the URL, or the path behind a placeholder
+        host for the reader to fill in (a client cannot use a bare path)."""
+        return self.url if self.absolute else f"{GATEWAY_PLACEHOLDER}{self.path}"
+
+    @property
     def approvals(self) -> str:
-        return f"{self.url}/approvals"
+        return f"{self.client_url}/approvals"
 
 
 def endpoint(public_url: str, prefix: str, workspace: str, agent: str) -> Endpoint:
@@ -64,7 +72,7 @@ def _unindented(lines: list[str]) -> str:
 
 def client_snippets(target: Endpoint, workspace: str, agent: str) -> list[Snippet]:
     name = _server_name(workspace, agent)
-    url = target.url
+    url = target.client_url
     bearer = f"Bearer {KEY_PLACEHOLDER}"
     return [
         Snippet(

@@ -175,7 +175,8 @@ async def test_the_endpoint_is_a_gateway_path_and_the_snippets_hold_no_key(
         "curl",
     ):
         assert f">{client_name}</h3>" in page.text, client_name
-    for line in mcp_curls("/mcp/v1/acme/rates", KEY_PLACEHOLDER):
+    assert "https://GATEWAY_HOST/mcp/v1/acme/rates" in text  # in the configurations
+    for line in mcp_curls("https://GATEWAY_HOST/mcp/v1/acme/rates", KEY_PLACEHOLDER):
         assert textwrap.dedent(line) in text  # crank up's own curl lines, shared
     assert re.search(r"crk_(agent|approval)_[A-Za-z0-9]{20}", text) is None
     copy_targets = set(re.findall(r'data-copy="([^"]+)"', page.text))
