@@ -48,7 +48,7 @@ def _curl(url: str, token: str, *, accept: str, session: bool, data: str) -> str
     return "  " + " \\\n      ".join(lines)
 
 
-def _approval_curls(approvals: str, token: str) -> list[str]:
+def approval_curls(approvals: str, token: str) -> list[str]:
     """The seed's approval lines (mcp-interface.md): list, read, approve, deny."""
     auth = f"-H 'Authorization: Bearer {token}'"
     json_body = "-H 'Content-Type: application/json'"
@@ -60,6 +60,31 @@ def _approval_curls(approvals: str, token: str) -> list[str]:
         f"      --data {shlex.quote(APPROVE_BODY)}",
         f"  curl {one}/deny \\\n      {auth} \\\n      {json_body} \\\n"
         f"      --data {shlex.quote(DENY_BODY)}",
+    ]
+
+
+def mcp_curls(mcp_url: str, agent_key: str) -> list[str]:
+    """The seed's MCP curl lines (initialize, then tools/list in its session); the
+    console's agent page shows the same lines for any agent."""
+    initialize = _jsonrpc(
+        1,
+        "initialize",
+        {
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "curl", "version": "1.0.0"},
+        },
+    )
+    tools_list = _jsonrpc(2, "tools/list", {})
+    return [
+        _curl(
+            mcp_url,
+            agent_key,
+            accept="application/json, text/event-stream",
+            session=False,
+            data=initialize,
+        ),
+        _curl(mcp_url, agent_key, accept="application/json", session=True, data=tools_list),
     ]
 
 
@@ -77,16 +102,6 @@ def render(
     mcp = f"{state.gateway_url}/mcp/v1/{DEMO_WORKSPACE}/currency-rates"
     rates_key = state.agent_keys.get("currency-rates", "")
     gateway_note = "" if gateway_running else "   (gateway: next release, not running yet)"
-    initialize = _jsonrpc(
-        1,
-        "initialize",
-        {
-            "protocolVersion": PROTOCOL_VERSION,
-            "capabilities": {},
-            "clientInfo": {"name": "curl", "version": "1.0.0"},
-        },
-    )
-    tools_list = _jsonrpc(2, "tools/list", {})
     lines = [
         "",
         READY_LINE,
@@ -117,20 +132,13 @@ def render(
         f"  curl {cp}/api/v1/workspaces -H 'Authorization: Bearer {state.admin_token}'",
         "",
         "MCP:" if gateway_running else "MCP (gateway: next release; these answer once it runs):",
-        _curl(
-            mcp,
-            rates_key,
-            accept="application/json, text/event-stream",
-            session=False,
-            data=initialize,
-        ),
-        _curl(mcp, rates_key, accept="application/json", session=True, data=tools_list),
+        *mcp_curls(mcp, rates_key),
         "",
         APPROVALS_HEADING,
         "  A tools/call of sales_create_refund with the sales agent key answers",
         "  approval_required with an approval_id; once decided, the same call again",
         "  returns the outcome to the model. The approver's side:",
-        *_approval_curls(
+        *approval_curls(
             f"{state.gateway_url}/mcp/v1/{DEMO_WORKSPACE}/sales/approvals",
             state.approval_keys.get("sales", ""),
         ),

@@ -129,12 +129,20 @@ async def _prepare(
 
 
 def _child_env(
-    settings: Settings, database_url: str, secret_key: str, sales_port: int
+    settings: Settings,
+    database_url: str,
+    secret_key: str,
+    sales_port: int,
+    gateway_url: str = "",
 ) -> dict[str, str]:
     """The children's environment. The demo sales API on loopback is allowlisted
     by address; private upstreams in general stay as CRANK_ALLOW_PRIVATE_UPSTREAMS
-    says (off unless the user turned it on)."""
+    says (off unless the user turned it on). ``gateway_url`` becomes
+    CRANK_PUBLIC_URL unless the user set one, so the console shows whole MCP
+    endpoint URLs and webhooks link to the local gateway."""
     env = dict(os.environ)
+    if gateway_url and not settings.public_url:
+        env["CRANK_PUBLIC_URL"] = gateway_url
     allowlist = [*settings.upstream_allowlist, f"127.0.0.1:{sales_port}"]
     env.update(
         CRANK_DATABASE_URL=database_url,
@@ -182,7 +190,7 @@ def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:
     state.gateway_url = f"http://{host}:{settings.gateway_port}"
     save_dev_state(state)
 
-    env = _child_env(settings, database_url, secret_key, sales_port)
+    env = _child_env(settings, database_url, secret_key, sales_port, state.gateway_url)
     supervisor = Supervisor()
     stack.callback(supervisor.stop_all)
     sales = supervisor.start(

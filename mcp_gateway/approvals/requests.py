@@ -38,6 +38,7 @@ from mcp_gateway.pipeline.results import tool_result
 from shared.engine.canonical import arguments_hash
 from shared.engine.errors import Language, invalid_arguments
 from shared.engine.request_builder import BuiltRequest
+from shared.public_urls import approvals_path
 
 log = structlog.get_logger(__name__)
 
@@ -46,18 +47,6 @@ _ROUNDS = 5  # an active row can finish between the insert and the look-up; try 
 
 class ApprovalRace(RuntimeError):
     """The active row kept changing under us (never seen in practice)."""
-
-
-def path_prefix(configured: str) -> str:
-    """``CRANK_PUBLIC_PATH_PREFIX`` as a path prefix: ``mcp/`` → ``/mcp``, empty stays empty."""
-    prefix = configured.strip().strip("/")
-    return f"/{prefix}" if prefix else ""
-
-
-def approvals_path(prefix: str, workspace: str, agent: str) -> str:
-    """The server path of an agent's approvals (``/v1/{workspace}/{agent}/approvals``)
-    behind ``prefix``: the records below it, the approver inbox at ``.../inbox``."""
-    return f"{path_prefix(prefix)}/v1/{workspace}/{agent}/approvals"
 
 
 def approval_required(prefix: str, workspace: str, agent: str, approval_id: str) -> dict[str, Any]:

@@ -19,8 +19,8 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from mcp_gateway.approvals.requests import approvals_path
 from shared.engine.masking import Masker
+from shared.public_urls import approvals_path
 
 SLACK_ARGUMENTS_CHARS = 2800  # a Slack section's text holds at most 3000 characters
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 
 from playwright.async_api import Page
@@ -16,6 +17,13 @@ def csrf_of(html: str) -> str:
     found = _CSRF.search(html)
     assert found, "the page carries no CSRF token"
     return found.group(1)
+
+
+def hidden_value(page_html: str, name: str) -> str:
+    """The value of the page's first hidden input ``name`` (e.g. the ETag a form carries)."""
+    found = re.search(rf'type="hidden" name="{re.escape(name)}" value="([^"]*)"', page_html)
+    assert found, f"the page has no hidden {name!r} field"
+    return html.unescape(found.group(1))
 
 
 async def sign_in(client: Client, token: str) -> str:

@@ -4,11 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from control_plane.console.pages import home, operations, sign_in, wizard
+from control_plane.console.pages import (
+    agents,
+    home,
+    keys,
+    operations,
+    secrets,
+    sign_in,
+    webhooks,
+    wizard,
+)
 
 route_handlers: list[Any] = [
     *sign_in.handlers,
     *home.handlers,
     *operations.handlers,
     *wizard.handlers,
+    *agents.handlers,
+    *webhooks.handlers,
+    *keys.handlers,
+    *secrets.handlers,
 ]

@@ -407,3 +407,20 @@ def test_children_get_the_demo_api_allowlisted_not_every_private_upstream(
     env = _child_env(Settings(), "postgresql:///crank", TEST_SECRET_KEY, 18090)
     assert env["CRANK_ALLOW_PRIVATE_UPSTREAMS"] == "false"  # the user's choice stands
     assert env["CRANK_UPSTREAM_ALLOWLIST"] == "127.0.0.1:18090"
+
+
+def test_children_get_the_gateway_url_as_the_public_url_unless_one_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from control_plane.cli.up import _child_env
+    from shared.settings import Settings
+
+    monkeypatch.delenv("CRANK_PUBLIC_URL", raising=False)
+    gateway = "http://127.0.0.1:8080"
+    env = _child_env(Settings(), "postgresql:///crank", TEST_SECRET_KEY, 18090, gateway)
+    assert env["CRANK_PUBLIC_URL"] == gateway
+
+    monkeypatch.setenv("CRANK_PUBLIC_URL", "https://crank.example.com")
+    settings = Settings(public_url="https://crank.example.com")
+    env = _child_env(settings, "postgresql:///crank", TEST_SECRET_KEY, 18090, gateway)
+    assert env["CRANK_PUBLIC_URL"] == "https://crank.example.com"  # the user's choice stands
