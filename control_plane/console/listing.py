@@ -63,6 +63,11 @@ def list_url(path: str, form: dict[str, str], cursor: str | None = None) -> str:
     return f"{path}?{urlencode(query)}" if query else path
 
 
+def pushed_url(fragment: bool, url: str) -> dict[str, str]:
+    """The URL htmx pushes for a fragment: the filters in use, not every empty field."""
+    return {"HX-Push-Url": url} if fragment else {}
+
+
 def when(moment: datetime | None) -> str:
     """A time as the console shows it: UTC, to the second."""
     if moment is None:

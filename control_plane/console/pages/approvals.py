@@ -23,6 +23,7 @@ from control_plane.console.listing import (
     blank_to_none,
     field_errors,
     list_url,
+    pushed_url,
     wants_fragment,
 )
 from control_plane.console.rendering import page
@@ -77,6 +78,7 @@ async def approvals(
         request,
         "_approvals.html" if fragment else "approvals.html",
         status_code=400 if errors and not fragment else 200,
+        headers=pushed_url(fragment, list_url(path, form, blank_to_none(cursor))),
         form=form,
         errors=errors,
         result=result,

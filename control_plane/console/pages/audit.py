@@ -15,6 +15,7 @@ from control_plane.console.listing import (
     field_errors,
     list_url,
     parse_time,
+    pushed_url,
     wants_fragment,
 )
 from control_plane.console.rendering import page
@@ -60,6 +61,7 @@ async def audit_log(
         request,
         "_audit.html" if fragment else "audit.html",
         status_code=400 if errors and not fragment else 200,
+        headers=pushed_url(fragment, list_url(path, form, blank_to_none(cursor))),
         form=form,
         errors=errors,
         result=result,
