@@ -5,14 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import re
+from pathlib import Path
 
+import httpx
 from psycopg.types.json import Jsonb
 
 from mcp_gateway.approvals import leases, store
 from shared.db import connect
 from tests.support.api import Client, make_token
-from tests.support.approvals import TOOL, insert_pending, publish_shop
+from tests.support.approval_outcomes import gateway_env
+from tests.support.approvals import (
+    TOOL,
+    insert_pending,
+    new_key,
+    publish_shop,
+    serve_shop,
+    status_is,
+)
 from tests.support.console import sign_in
+from tests.support.gateway import run_gateway, wait_until
+from tests.support.tool_calls import Caller
 
 PAGE = "/ui/w/default/approvals"
 
@@ -278,3 +290,46 @@ async def test_a_decision_without_the_csrf_token_or_with_a_bad_note_changes_noth
     )
     assert no_button.status_code == 400
     assert (await _row(database_url, approval_id))["status"] == "pending"
+
+
+async def test_a_call_a_gateway_held_for_approval_runs_once_an_owner_approves_it_here(
+    client: Client, admin_token: str, database_url: str, tmp_path: Path
+) -> None:
+    async with serve_shop() as shop:
+        await publish_shop(client, admin_token, shop.port)
+        agent_key = await new_key(client, admin_token, "sales", "agent")
+        approval_key = await new_key(client, admin_token, "sales", "approval")
+        async with (
+            run_gateway(database_url, tmp_path, extra_env=gateway_env(shop)) as gateway,
+            httpx.AsyncClient(base_url=gateway.url, timeout=20) as http,
+        ):
+            caller = Caller(http, "/mcp/v1/default/sales", agent_key)
+            asked = await caller.call("modern", TOOL, {"item": "sku-7", "request_id": "r-7"})
+            approval_id = asked["structuredContent"]["approval_id"]
+            csrf = await sign_in(client, admin_token)
+            listed = await client.get(PAGE, params={"status": "pending"})
+            assert _listed_ids(listed.text) == [approval_id]
+
+            decided = await client.post(
+                f"{PAGE}/{approval_id}/decide",
+                data={"decision": "approve", "note": "go", "_csrf": csrf},
+            )
+            assert decided.status_code == 303
+            await wait_until(lambda: status_is(database_url, approval_id, "completed"))
+            assert [seen.body["item"] for seen in shop.seen] == ["sku-7"]
+
+            # The gateway's approval endpoint reads the console's decision, and refuses
+            # to decide it again (the same statement, the same 409).
+            key = {"Authorization": f"Bearer {approval_key}"}
+            endpoint = f"/v1/default/sales/approvals/{approval_id}"
+            record = (await http.get(endpoint, headers=key)).json()
+            assert record["decided_by"].startswith("console:")
+            assert record["note"] == "go"
+            again = await http.post(f"{endpoint}/deny", json={"approve": "no"}, headers=key)
+            assert again.status_code == 409
+            assert again.json()["code"] == "not_pending"
+
+        shown = await client.get(f"{PAGE}/{approval_id}")
+        assert "&#34;item&#34;: &#34;sku-7&#34;" in shown.text  # the selected result
+        calls = await client.get("/ui/w/default/calls", params={"outcome": "ok"})
+        assert f'href="/ui/w/default/approvals/{approval_id}"' in calls.text  # the worker's run
