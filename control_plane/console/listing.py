@@ -31,12 +31,12 @@ def blank_to_none(value: str) -> str | None:
     return value or None
 
 
-def field_errors(exc: ValidationFailed, renamed: dict[str, str] | None = None) -> dict[str, str]:
-    """The first message per form field; ``renamed`` maps a service's field to the form's."""
+def field_errors(exc: ValidationFailed) -> dict[str, str]:
+    """The first message per form field (the services name the API's parameters, which
+    the forms' fields share)."""
     errors: dict[str, str] = {}
     for problem in exc.errors:
-        field = (renamed or {}).get(problem.field, problem.field)
-        errors.setdefault(field, problem.message)
+        errors.setdefault(problem.field, problem.message)
     return errors
 
 

@@ -67,9 +67,10 @@ def as_utc(moment: datetime | None) -> datetime | None:
 
 
 def time_range_problems(since: datetime | None, until: datetime | None) -> list[FieldError]:
-    """A range that is empty by construction (the call log uses it too)."""
+    """A range that is empty by construction, named as the API's and the console's
+    ``from``/``to`` parameters (the call log uses it too)."""
     if since is not None and until is not None and until <= since:
-        return [FieldError("until", "must be after the start of the range")]
+        return [FieldError("to", "must be after from")]
     return []
 
 

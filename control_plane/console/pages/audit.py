@@ -24,7 +24,6 @@ from control_plane.errors import ValidationFailed
 from control_plane.services.audit_query import AuditFilters, AuditPage, list_audit
 
 PAGE_SIZE = 50
-_FORM_FIELDS = {"since": "from", "until": "to"}  # the service's names → the form's
 
 
 @get("/w/{workspace:str}/audit", access=Role.VIEWER)
@@ -54,7 +53,7 @@ async def audit_log(
             conn, ws.id, limit=PAGE_SIZE, cursor=blank_to_none(cursor), filters=filters
         )
     except ValidationFailed as exc:
-        errors = field_errors(exc, _FORM_FIELDS)
+        errors = field_errors(exc)
     fragment = wants_fragment(request)
     path = f"/ui/w/{ws.slug}/audit"
     return page(

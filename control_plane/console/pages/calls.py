@@ -24,7 +24,6 @@ from control_plane.errors import ValidationFailed
 from control_plane.services.calls import OUTCOMES, CallFilters, CallPage, list_calls
 
 PAGE_SIZE = 50
-_FORM_FIELDS = {"since": "from", "until": "to"}  # the service's names → the form's
 
 
 @get("/w/{workspace:str}/calls", access=Role.VIEWER)
@@ -63,7 +62,7 @@ async def call_log(
             conn, ws.id, filters, limit=PAGE_SIZE, cursor=blank_to_none(cursor)
         )
     except ValidationFailed as exc:
-        errors = field_errors(exc, _FORM_FIELDS)
+        errors = field_errors(exc)
     fragment = wants_fragment(request)
     path = f"/ui/w/{ws.slug}/calls"
     return page(

@@ -127,3 +127,10 @@ async def test_the_api_takes_the_filters_too(
     )
     assert too_long.status_code == 400
     assert too_long.json()["errors"][0]["field"] == "actor"
+    backwards = await client.get(
+        "/api/v1/workspaces/audited/audit",
+        params={"from": "2026-11-30T10:00:00Z", "to": "2026-11-30T09:00:00Z"},
+        headers=auth(admin_token),
+    )
+    assert backwards.status_code == 400
+    assert backwards.json()["errors"][0]["field"] == "to"  # named as the query parameter
