@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Annotated, Any
 
 from litestar import get
-from litestar.params import FromQuery
+from litestar.params import FromQuery, QueryParameter
 
 from control_plane.auth import Role
 from control_plane.deps import CurrentWorkspace, DbConn
+from control_plane.services.audit_query import as_utc
 from control_plane.services.calls import DEFAULT_LIMIT, CallFilters, CallPage, list_calls
 
 
@@ -19,8 +21,9 @@ from control_plane.services.calls import DEFAULT_LIMIT, CallFilters, CallPage, l
     summary="Read the call log, newest first",
     description=(
         "One entry per tools/call of a known tool, written by the gateways in batches "
-        "(about a second behind). Filter by `agent` (slug), `tool` and `outcome` (`ok` or an "
-        "error code); pass `next_cursor` back as `cursor` for the next page."
+        "(about a second behind). Filter by `agent` (slug), `tool`, `outcome` (`ok` or an "
+        "error code), `request_id` and a time range (`from` inclusive, `to` exclusive; "
+        "ISO 8601, UTC without an offset); pass `next_cursor` back as `cursor` for the next page."
     ),
 )
 async def read_calls(
@@ -29,10 +32,20 @@ async def read_calls(
     agent: FromQuery[str | None] = None,
     tool: FromQuery[str | None] = None,
     outcome: FromQuery[str | None] = None,
+    request_id: FromQuery[str | None] = None,
+    since: Annotated[datetime | None, QueryParameter(name="from")] = None,
+    until: Annotated[datetime | None, QueryParameter(name="to")] = None,
     limit: FromQuery[int] = DEFAULT_LIMIT,
     cursor: FromQuery[str | None] = None,
 ) -> CallPage:
-    filters = CallFilters(agent=agent, tool=tool, outcome=outcome)
+    filters = CallFilters(
+        agent=agent,
+        tool=tool,
+        outcome=outcome,
+        request_id=request_id,
+        since=as_utc(since),
+        until=as_utc(until),
+    )
     return await list_calls(conn, ws.id, filters, limit=limit, cursor=cursor)
 
 

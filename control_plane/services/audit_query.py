@@ -1,4 +1,5 @@
-"""Reading the audit log: newest first, keyset pagination on ``id``.
+"""Reading the audit log: newest first, keyset pagination on ``id``, optional filters
+(action, actor, resource, time range).
 
 The cursor is opaque to clients (base64url of the last id returned); a page
 that ends the log has ``next_cursor = null``. Keyset paging stays correct while
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import binascii
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -41,6 +42,48 @@ class AuditPage(msgspec.Struct, kw_only=True):
 
     items: list[AuditEntry]
     next_cursor: str | None
+
+
+class AuditFilters(msgspec.Struct, kw_only=True):
+    """``action``: exactly, or every action it starts when it has no dot
+    (``agent`` → ``agent.*``); ``actor``: a part of it, any case; ``resource``: the
+    resource's name or its type, exactly; ``since`` inclusive, ``until`` exclusive."""
+
+    action: str | None = None
+    actor: str | None = None
+    resource: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+_MAX_FILTER_CHARS = 200
+
+
+def as_utc(moment: datetime | None) -> datetime | None:
+    """A time without an offset is UTC (what the console's time fields send)."""
+    if moment is None or moment.tzinfo is not None:
+        return moment
+    return moment.replace(tzinfo=UTC)
+
+
+def time_range_problems(since: datetime | None, until: datetime | None) -> list[FieldError]:
+    """A range that is empty by construction, named as the API's and the console's
+    ``from``/``to`` parameters (the call log uses it too)."""
+    if since is not None and until is not None and until <= since:
+        return [FieldError("to", "must be after from")]
+    return []
+
+
+def _check(filters: AuditFilters) -> None:
+    problems = [
+        FieldError(name, f"at most {_MAX_FILTER_CHARS} characters, no NUL")
+        for name in ("action", "actor", "resource")
+        if (value := getattr(filters, name)) is not None
+        and (len(value) > _MAX_FILTER_CHARS or "\x00" in value)
+    ]
+    problems.extend(time_range_problems(filters.since, filters.until))
+    if problems:
+        raise ValidationFailed(problems)
 
 
 def encode_cursor(last_id: int) -> str:
@@ -78,17 +121,43 @@ def next_page(rows: list[dict[str, Any]], limit: int) -> str | None:
 
 
 async def list_audit(
-    conn: Connection, workspace_id: int, *, limit: int = DEFAULT_LIMIT, cursor: str | None = None
+    conn: Connection,
+    workspace_id: int,
+    *,
+    limit: int = DEFAULT_LIMIT,
+    cursor: str | None = None,
+    filters: AuditFilters | None = None,
 ) -> AuditPage:
-    """One page of the workspace's audit log; raises ValidationFailed for a bad limit or cursor."""
+    """One page of the workspace's audit log; raises ValidationFailed for a bad limit,
+    cursor or filter."""
+    filters = filters or AuditFilters()
+    _check(filters)
     before = page_start(limit, cursor)
+    action = filters.action
     cur = await conn.execute(
         """SELECT id, at, actor, action, resource_type, resource_name, details
              FROM audit_log
             WHERE workspace_id = %(ws)s AND (%(before)s::bigint IS NULL OR id < %(before)s)
+              AND (%(action)s::text IS NULL OR action = %(action)s
+                   OR (%(family)s AND starts_with(action, %(action)s || '.')))
+              AND (%(actor)s::text IS NULL OR strpos(lower(actor), lower(%(actor)s)) > 0)
+              AND (%(resource)s::text IS NULL
+                   OR resource_name = %(resource)s OR resource_type = %(resource)s)
+              AND (%(since)s::timestamptz IS NULL OR at >= %(since)s)
+              AND (%(until)s::timestamptz IS NULL OR at < %(until)s)
             ORDER BY id DESC
             LIMIT %(limit)s""",
-        {"ws": workspace_id, "before": before, "limit": limit + 1},
+        {
+            "ws": workspace_id,
+            "before": before,
+            "action": action,
+            "family": action is not None and "." not in action,
+            "actor": filters.actor,
+            "resource": filters.resource,
+            "since": filters.since,
+            "until": filters.until,
+            "limit": limit + 1,
+        },
     )
     rows = await cur.fetchall()
     items = [AuditEntry(**row) for row in rows[:limit]]

@@ -1,5 +1,6 @@
 """Reading the call log the gateways write (mcp_gateway.upkeep.call_log): newest
-first, keyset pagination on ``id``, filters by agent, tool and outcome. A call
+first, keyset pagination on ``id``, filters by agent, tool, outcome, time range
+(``since`` inclusive, ``until`` exclusive) and request id. A call
 the approval worker ran, and the tools/call that asked for that approval,
 carry its ``approval_id``.
 
@@ -11,16 +12,18 @@ audit log's (opaque, over ``id``).
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 import msgspec
 
 from control_plane.errors import ValidationFailed
-from control_plane.services.audit_query import decode_cursor, encode_cursor
+from control_plane.services.audit_query import decode_cursor, encode_cursor, time_range_problems
 from shared.db import Connection
 from shared.engine.errors import ERROR_CODES
 from shared.engine.spec_validation import SLUG, TOOL_NAME, FieldError
 
+REQUEST_ID = re.compile(r"req_[0-9a-f]{16}")  # the gateway's request ids
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 500
 # approval_completed and approval_failed: a repeat call got a finished approval's outcome
@@ -56,11 +59,15 @@ class CallPage(msgspec.Struct, kw_only=True):
 
 
 class CallFilters(msgspec.Struct, kw_only=True):
-    """Optional filters of the call log: agent slug, tool name, outcome ("ok" or an error code)."""
+    """Optional filters of the call log: agent slug, tool name, outcome ("ok" or an error
+    code), a time range and a request id."""
 
     agent: str | None = None
     tool: str | None = None
     outcome: str | None = None
+    since: datetime | None = None  # called at or after
+    until: datetime | None = None  # called before
+    request_id: str | None = None
 
 
 def _check(filters: CallFilters, limit: int) -> None:
@@ -77,6 +84,9 @@ def _check(filters: CallFilters, limit: int) -> None:
                 "outcome", "must be ok, an approval_ outcome of the call log or an error code"
             )
         )
+    if filters.request_id is not None and not REQUEST_ID.fullmatch(filters.request_id):
+        problems.append(FieldError("request_id", "not a request id (req_ and 16 hex digits)"))
+    problems.extend(time_range_problems(filters.since, filters.until))
     if problems:
         raise ValidationFailed(problems)
 
@@ -105,6 +115,9 @@ async def list_calls(
                      SELECT id FROM agents WHERE workspace_id = %(ws)s AND slug = %(agent)s))
               AND (%(tool)s::text IS NULL OR c.tool = %(tool)s)
               AND (%(outcome)s::text IS NULL OR c.outcome = %(outcome)s)
+              AND (%(since)s::timestamptz IS NULL OR c.called_at >= %(since)s)
+              AND (%(until)s::timestamptz IS NULL OR c.called_at < %(until)s)
+              AND (%(request_id)s::text IS NULL OR c.request_id = %(request_id)s)
             ORDER BY c.id DESC
             LIMIT %(limit)s""",
         {
@@ -113,6 +126,9 @@ async def list_calls(
             "agent": filters.agent,
             "tool": filters.tool,
             "outcome": filters.outcome,
+            "since": filters.since,
+            "until": filters.until,
+            "request_id": filters.request_id,
             "limit": limit + 1,
         },
     )

@@ -43,13 +43,13 @@ from mcp_gateway.transport.asgi import (
 )
 from mcp_gateway.transport.auth import authenticate, bearer, checked_origin
 from mcp_gateway.transport.errors import ProtocolError
+from shared.approval_decisions import MAX_NOTE_CHARS
 from shared.keys import display_prefix
 
 log = structlog.get_logger(__name__)
 
 PATH = re.compile(r"^(?:/mcp)?/v1/([^/]+)/([^/]+)/approvals(?:/([^/]+)(?:/(approve|deny))?)?/?$")
 MAX_BODY_BYTES = 16_384
-MAX_NOTE_CHARS = 2000
 _PREFLIGHT = {
     "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
     "Access-Control-Allow-Headers": "Authorization, Content-Type",
@@ -184,18 +184,16 @@ async def _decide(
         approval_id, agent.id, f"{agent.workspace}/{agent.slug}", status, decided_by, body.note
     )
     async with state.pool.connection() as conn:
-        record = await store.decide(conn, decision)
-        if record is None:
-            await store.expire(conn, agent.id, approval_id)  # past its time: say so, as expired
-            record = await store.get(conn, agent.id, approval_id)
-            if record is None:
-                raise ProtocolError(404, f"no approval {approval_id} for this agent")
-            raise ProtocolError(
-                409,
-                f"approval {approval_id} is {record.status}, not pending; nothing was changed",
-                name="not_pending",
-                data={"status": record.status},
-            )
+        record = await store.decide_or_status(conn, decision)
+    if record is None:
+        raise ProtocolError(404, f"no approval {approval_id} for this agent")
+    if isinstance(record, str):
+        raise ProtocolError(
+            409,
+            f"approval {approval_id} is {record}, not pending; nothing was changed",
+            name="not_pending",
+            data={"status": record},
+        )
     if status == "approved" and state.approvals is not None:
         state.approvals.approved()  # committed: wake the workers (approvals.wakeups)
     log.info("approval_decided", approval_id=approval_id, status=status, decided_by=decided_by)

@@ -27,9 +27,8 @@ from typing import Any, Literal
 
 from psycopg.types.json import Jsonb
 
+from shared.approval_decisions import CHANNEL as CHANNEL  # the workers' wake-up
 from shared.db import Connection
-
-CHANNEL = "crank_approvals"  # NOTIFY after an approval commits; the payload is ignored
 
 Finished = Literal["completed", "failed"]
 

@@ -26,23 +26,30 @@ decision, or a repeat tools/call of the same arguments.
 
 from __future__ import annotations
 
-import re
-import secrets
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 from psycopg.types.json import Jsonb
 
-from shared.crypto import b64url_decode, b64url_encode
+# The record, its cursor and the decision are shared with the console
+# (docs/architecture.md, "Approval decisions"); re-exported for the gateway's modules.
+from shared.approval_decisions import Decision as Decision
+from shared.approval_decisions import decide as decide
+from shared.approval_decisions import decide_or_status as decide_or_status
+from shared.approval_decisions import expire as expire
+from shared.approval_records import RECORD_COLUMNS, record_of
+from shared.approval_records import STATUSES as STATUSES
+from shared.approval_records import ApprovalRecord as ApprovalRecord
+from shared.approval_records import BadCursor as BadCursor
+from shared.approval_records import decode_cursor as decode_cursor
+from shared.approval_records import encode_cursor as encode_cursor
+from shared.approval_records import is_approval_id as is_approval_id
+from shared.approval_records import new_approval_id as new_approval_id
 from shared.db import Connection
 from shared.engine.argument_limits import child_path
 
-Status = Literal["pending", "approved", "denied", "expired", "executing", "completed", "failed"]
-STATUSES: frozenset[str] = frozenset(
-    ("pending", "approved", "denied", "expired", "executing", "completed", "failed")
-)
 _ACTIVE = "('pending', 'approved', 'executing')"  # the index predicate, verbatim
 FINISHED = "('denied', 'expired', 'completed', 'failed')"
 # When a finished row finished: completed_at (completed, failed), decided_at (denied),
@@ -53,30 +60,12 @@ MAX_PAGE = 200
 SWEEP_BATCH = 1000
 
 
-class ApprovalRecord(msgspec.Struct, kw_only=True):
-    """What ``GET .../approvals/{id}`` answers (docs/mcp-interface.md, "Human approval")."""
-
-    id: str
-    status: str
-    tool: str
-    version: int
-    arguments: dict[str, Any]
-    created_at: datetime
-    expires_at: datetime  # when a pending row expires
-    decided_at: datetime | None
-    decided_by: str | None  # the approval key's prefix
-    note: str | None
-    completed_at: datetime | None
-    response_payload: Any | None
-
-
 class ApprovalPage(msgspec.Struct, kw_only=True):
     items: list[ApprovalRecord]
     next_cursor: str | None
 
 
-_RECORD = """id, status, tool, version, arguments, created_at, expires_at, decided_at,
-              decided_by, note, completed_at, response_payload"""
+_RECORD = RECORD_COLUMNS
 _IDENTITY = "agent_id = %s AND operation_id = %s AND version = %s AND arguments_hash = %s"
 
 
@@ -98,24 +87,6 @@ def nul_path(arguments: dict[str, Any]) -> str | None:
         elif isinstance(node, list):
             stack.extend((item, f"{where}[{n}]") for n, item in enumerate(node))
     return None
-
-
-def _record(row: dict[str, Any]) -> ApprovalRecord:
-    return ApprovalRecord(**{f: row[f] for f in ApprovalRecord.__struct_fields__})
-
-
-_ID_HEX_BYTES = 16
-_APPROVAL_ID = re.compile(rf"approval_[0-9a-f]{{{2 * _ID_HEX_BYTES}}}")
-
-
-def new_approval_id() -> str:
-    return "approval_" + secrets.token_hex(_ID_HEX_BYTES)
-
-
-def is_approval_id(text: str) -> bool:
-    """Whether ``text`` has the shape ``new_approval_id`` makes; checked before any query,
-    so a NUL or an overlong id never reaches the database."""
-    return _APPROVAL_ID.fullmatch(text) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,15 +176,6 @@ async def claim_outcome(
     return None if row is None else FinishedApproval(**row)
 
 
-async def expire(conn: Connection, agent_id: int, approval_id: str) -> None:
-    """pending → expired for one row of this agent, if it is pending and past its time."""
-    await conn.execute(
-        """UPDATE approvals SET status = 'expired'
-            WHERE id = %s AND agent_id = %s AND status = 'pending' AND expires_at <= now()""",
-        (approval_id, agent_id),
-    )
-
-
 async def expire_overdue(conn: Connection) -> int:
     """The sweep: every pending row past its time becomes expired (in batches)."""
     total = 0
@@ -246,39 +208,7 @@ async def get(conn: Connection, agent_id: int, approval_id: str) -> ApprovalReco
         (approval_id, agent_id),
     )
     row = await cur.fetchone()
-    return None if row is None else _record(row)
-
-
-class BadCursor(ValueError):
-    pass
-
-
-_BAD_CURSOR = "cursor is not one this endpoint returned"
-_CURSOR_TEXT = re.compile(r"[A-Za-z0-9_-]{1,200}")  # unpadded base64url, with room to spare
-
-
-_cursor_decoder = msgspec.json.Decoder(tuple[datetime, str])
-_encoder = msgspec.json.Encoder()
-
-
-def encode_cursor(record: ApprovalRecord) -> str:
-    raw = _encoder.encode((record.created_at, record.id))
-    return b64url_encode(raw)
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    """The (created_at, id) a cursor of ``encode_cursor`` holds; BadCursor for anything else
-    (base64 decoding alone would skip characters outside its alphabet, a NUL say)."""
-    if _CURSOR_TEXT.fullmatch(cursor) is None:
-        raise BadCursor(_BAD_CURSOR)
-    try:
-        raw = b64url_decode(cursor)
-        created_at, approval_id = _cursor_decoder.decode(raw)
-    except (ValueError, msgspec.DecodeError) as exc:
-        raise BadCursor(_BAD_CURSOR) from exc
-    if created_at.tzinfo is None or not is_approval_id(approval_id):
-        raise BadCursor(_BAD_CURSOR)
-    return created_at, approval_id
+    return None if row is None else record_of(row)
 
 
 async def list_page(
@@ -301,62 +231,18 @@ async def list_page(
             "limit": limit + 1,
         },
     )
-    records = [_record(row) for row in await cur.fetchall()]
+    records = [record_of(row) for row in await cur.fetchall()]
     more = len(records) > limit
     records = records[:limit]
-    return ApprovalPage(items=records, next_cursor=encode_cursor(records[-1]) if more else None)
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    approval_id: str
-    agent_id: int
-    agent: str  # workspace/agent, for the audit details
-    status: Literal["approved", "denied"]
-    decided_by: str  # the approval key's prefix; CANCELLED_BY for a client's tasks/cancel
-    note: str | None
-    actor: str | None = None  # the audit row's actor; default: the approval key
+    return ApprovalPage(
+        items=records,
+        next_cursor=encode_cursor(records[-1].created_at, records[-1].id) if more else None,
+    )
 
 
 # decided_by of a pending row the client cancelled through tasks/cancel: a denial no
 # approval key made (docs/architecture.md, "Tasks"); no key prefix holds a slash.
 CANCELLED_BY = "mcp-client/tasks-cancel"
-
-
-async def decide(conn: Connection, decision: Decision) -> ApprovalRecord | None:
-    """pending → approved | denied and its audit row, in one statement; None
-    when the row is not pending (or not this agent's, or past its time). No
-    NOTIFY here: the caller wakes the workers once the decision has committed
-    (mcp_gateway.approvals.wakeups says why)."""
-    cur = await conn.execute(
-        f"""WITH decided AS (
-                UPDATE approvals
-                   SET status = %(status)s, decided_at = now(), decided_by = %(by)s, note = %(note)s
-                 WHERE id = %(id)s AND agent_id = %(agent_id)s
-                   AND status = 'pending' AND expires_at > now()
-                RETURNING workspace_id, {_RECORD}
-            ), audited AS (
-                INSERT INTO audit_log
-                       (workspace_id, actor, action, resource_type, resource_name, details)
-                SELECT workspace_id, %(actor)s, %(action)s, 'approval', id,
-                       jsonb_build_object('note', note, 'tool', tool, 'version', version,
-                                          'agent', %(agent)s::text)
-                  FROM decided
-            )
-            SELECT {_RECORD} FROM decided""",
-        {
-            "status": decision.status,
-            "by": decision.decided_by,
-            "note": decision.note,
-            "id": decision.approval_id,
-            "agent_id": decision.agent_id,
-            "agent": decision.agent,
-            "actor": decision.actor or f"approval key {decision.decided_by}…",
-            "action": f"approval.{decision.status}",
-        },
-    )
-    row = await cur.fetchone()
-    return None if row is None else _record(row)
 
 
 class TaskRow(msgspec.Struct, frozen=True, kw_only=True):

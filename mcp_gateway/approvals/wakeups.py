@@ -20,7 +20,7 @@ from collections.abc import Callable
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
-from mcp_gateway.approvals.leases import CHANNEL
+from shared.approval_decisions import notify_approved
 from shared.db import Connection, within
 from shared.periodic import EXPECTED
 
@@ -69,4 +69,4 @@ class Wakeups:
     async def _notify(self) -> None:
         self.sent += 1
         async with self._pool.connection() as conn:
-            await conn.execute(f"NOTIFY {CHANNEL}")
+            await notify_approved(conn)

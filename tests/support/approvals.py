@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 from aiohttp import web
 from psycopg.types.json import Jsonb
 
@@ -115,7 +116,7 @@ async def serve_shop() -> AsyncIterator[Shop]:
             state.gate.set()  # held requests end before the server does
 
 
-async def open_shop_workspace(client: Client, admin: str, port: int) -> None:
+async def open_shop_workspace(client: httpx.AsyncClient, admin: str, port: int) -> None:
     """Workspace default with the SHOP_TOKEN secret and egress to the shop on ``port``."""
     h = auth(admin)
     await ok(await client.post("/api/v1/workspaces", json={"slug": "default"}, headers=h))
@@ -123,7 +124,9 @@ async def open_shop_workspace(client: Client, admin: str, port: int) -> None:
     await grant_egress(client, admin, "default", f"127.0.0.1:{port}")
 
 
-async def publish_shop(client: Client, admin: str, port: int, *, timeout_ms: int = 5000) -> None:
+async def publish_shop(
+    client: httpx.AsyncClient, admin: str, port: int, *, timeout_ms: int = 5000
+) -> None:
     """Workspace default: the SHOP_TOKEN secret, create_order (approval), agent sales."""
     await open_shop_workspace(client, admin, port)
     await publish_operation(client, admin, order_spec(port, timeout_ms=timeout_ms))
@@ -137,17 +140,17 @@ async def new_key(client: Client, admin: str, agent: str, kind: str) -> str:
     return str(created.json()["key"])
 
 
-async def insert_approved(
+async def insert_pending(
     database_url: str,
     count: int = 1,
     *,
     max_attempts: int = 3,
     secret: str = TOKEN,
     tamper: bool = False,
-    notify: bool = False,
+    expires_in_s: int = 3600,
 ) -> list[str]:
-    """``count`` approved rows of create_order, stored as the approval gate stores them:
-    the validated arguments and ``BuiltRequest.redacted()``; pending, then approved."""
+    """``count`` pending rows of create_order, stored as the approval gate stores them:
+    the validated arguments and ``BuiltRequest.redacted()``; oldest first."""
     async with await connect(database_url, autocommit=True) as conn:
         cur = await conn.execute(
             """SELECT o.id, o.workspace_id, v.version, v.spec, a.id AS agent_id
@@ -161,7 +164,7 @@ async def insert_approved(
         assert op is not None
         compiled = compile_operation(operation_from_builtins(op["spec"]))
         rows = []
-        for _ in range(count):
+        for position in range(count):
             n = next(_ids)
             arguments = compiled.validate({"item": f"sku-{n}", "request_id": f"req-{n}"})
             request = compiled.build(arguments, {"SHOP_TOKEN": secret}).redacted()
@@ -179,17 +182,37 @@ async def insert_approved(
                     arguments_hash(arguments),
                     Jsonb(request),
                     max_attempts,
+                    expires_in_s,
+                    count - position,  # created a millisecond apart, in order
                 )
             )
         async with conn.cursor() as insert:
             await insert.executemany(
                 """INSERT INTO approvals (id, workspace_id, agent_id, operation_id, tool, version,
                                           arguments, arguments_hash, request, max_attempts,
-                                          expires_at)
-                   VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, now() + interval '1 hour')""",
+                                          expires_at, created_at)
+                   VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
+                           now() + make_interval(secs => %s),
+                           clock_timestamp() - make_interval(secs => %s / 1000.0))""",
                 rows,
             )
-        ids = [row[0] for row in rows]
+    return [row[0] for row in rows]
+
+
+async def insert_approved(
+    database_url: str,
+    count: int = 1,
+    *,
+    max_attempts: int = 3,
+    secret: str = TOKEN,
+    tamper: bool = False,
+    notify: bool = False,
+) -> list[str]:
+    """``count`` approved rows of create_order (``insert_pending``, then approved)."""
+    ids = await insert_pending(
+        database_url, count, max_attempts=max_attempts, secret=secret, tamper=tamper
+    )
+    async with await connect(database_url, autocommit=True) as conn:
         cur = await conn.execute(
             """UPDATE approvals SET status = 'approved', decided_at = now(),
                       decided_by = 'crk_approval_t'

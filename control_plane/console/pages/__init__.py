@@ -6,6 +6,9 @@ from typing import Any
 
 from control_plane.console.pages import (
     agents,
+    approvals,
+    audit,
+    calls,
     home,
     keys,
     operations,
@@ -24,4 +27,7 @@ route_handlers: list[Any] = [
     *webhooks.handlers,
     *keys.handlers,
     *secrets.handlers,
+    *approvals.handlers,
+    *calls.handlers,
+    *audit.handlers,
 ]

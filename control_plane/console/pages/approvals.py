@@ -1,0 +1,157 @@
+"""The approvals pages: the workspace's approvals, one approval, an owner's decision.
+
+Reading needs a viewer; deciding an owner (the route's ``access=``, whatever the
+page showed). The decision is the gateway's own statement
+(``shared.approval_decisions``, docs/architecture.md, "Approval decisions"):
+audited, ``decided_by`` naming the admin, a row no longer pending answered
+409 with its status.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from litestar import Request, get, post
+from litestar.enums import RequestEncodingType
+from litestar.params import Body, FromPath, FromQuery
+from litestar.response import Redirect, Template
+
+from control_plane.auth import Role
+from control_plane.console.listing import (
+    HELPERS,
+    blank_to_none,
+    field_errors,
+    list_url,
+    pushed_url,
+    wants_fragment,
+)
+from control_plane.console.rendering import page
+from control_plane.deps import Caller, CurrentWorkspace, DbConn
+from control_plane.errors import ValidationFailed
+from control_plane.services.approvals import (
+    ApprovalFilters,
+    ApprovalList,
+    NotPending,
+    decide_approval,
+    get_approval,
+    list_approvals,
+)
+from shared.approval_decisions import MAX_NOTE_CHARS
+from shared.approval_records import STATUSES
+from shared.engine.spec_validation import FieldError
+
+PAGE_SIZE = 50
+_DECISIONS: dict[str, Literal["approved", "denied"]] = {"approve": "approved", "deny": "denied"}
+
+
+class DecisionForm(msgspec.Struct, kw_only=True):
+    decision: str = ""  # the button pressed: approve or deny
+    note: str = ""
+
+
+@get("/w/{workspace:str}/approvals", access=Role.VIEWER)
+async def approvals(
+    request: Request[Any, Any, Any],
+    ws: CurrentWorkspace,
+    conn: DbConn,
+    status: FromQuery[str] = "",
+    agent: FromQuery[str] = "",
+    tool: FromQuery[str] = "",
+    cursor: FromQuery[str] = "",
+) -> Template:
+    form = {"status": status, "agent": agent, "tool": tool}
+    result: ApprovalList | None = None
+    errors: dict[str, str] = {}
+    try:
+        filters = ApprovalFilters(
+            status=blank_to_none(status), agent=blank_to_none(agent), tool=blank_to_none(tool)
+        )
+        result = await list_approvals(
+            conn, ws.id, filters, limit=PAGE_SIZE, cursor=blank_to_none(cursor)
+        )
+    except ValidationFailed as exc:
+        errors = field_errors(exc)
+    fragment = wants_fragment(request)
+    path = f"/ui/w/{ws.slug}/approvals"
+    return page(
+        request,
+        "_approvals.html" if fragment else "approvals.html",
+        status_code=400 if errors and not fragment else 200,
+        headers=pushed_url(fragment, list_url(path, form, blank_to_none(cursor))),
+        form=form,
+        errors=errors,
+        result=result,
+        statuses=STATUSES,
+        path=path,
+        first_url=list_url(path, form),
+        next_url=list_url(path, form, result.next_cursor) if result and result.next_cursor else "",
+        paged=bool(cursor),
+        **HELPERS,
+    )
+
+
+async def _detail(
+    request: Request[Any, Any, Any],
+    ws: CurrentWorkspace,
+    conn: DbConn,
+    approval_id: str,
+    *,
+    status_code: int = 200,
+    errors: dict[str, str] | None = None,
+    note: str = "",
+    message: str = "",
+) -> Template:
+    found = await get_approval(conn, ws.id, approval_id)
+    return page(
+        request,
+        "approval.html",
+        status_code=status_code,
+        approval=found.record,
+        agent=found.agent,
+        overdue=found.overdue,
+        errors=errors or {},
+        note=note,
+        message=message,
+        max_note=MAX_NOTE_CHARS,
+        **HELPERS,
+    )
+
+
+@get("/w/{workspace:str}/approvals/{approval_id:str}", access=Role.VIEWER)
+async def approval(
+    request: Request[Any, Any, Any], ws: CurrentWorkspace, conn: DbConn, approval_id: FromPath[str]
+) -> Template:
+    return await _detail(request, ws, conn, approval_id)
+
+
+@post("/w/{workspace:str}/approvals/{approval_id:str}/decide", access=Role.OWNER)
+async def decide(
+    request: Request[Any, Any, Any],
+    ws: CurrentWorkspace,
+    principal: Caller,
+    conn: DbConn,
+    approval_id: FromPath[str],
+    data: Annotated[DecisionForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
+) -> Template | Redirect:
+    try:
+        status = _DECISIONS.get(data.decision)
+        if status is None:
+            raise ValidationFailed([FieldError("decision", "press Approve or Deny")])
+        await decide_approval(conn, ws, principal, approval_id, status, data.note)
+    except ValidationFailed as exc:
+        return await _detail(
+            request,
+            ws,
+            conn,
+            approval_id,
+            status_code=400,
+            errors=field_errors(exc),
+            note=data.note,
+        )
+    except NotPending as exc:  # handled, not raised: an overdue row's expiry still commits
+        return await _detail(request, ws, conn, approval_id, status_code=409, message=exc.message)
+    return Redirect(f"/ui/w/{ws.slug}/approvals/{approval_id}", status_code=303)
+
+
+handlers: list[Any] = [approvals, approval, decide]

@@ -1,0 +1,97 @@
+"""An approval row as both processes read it: the record, the id's shape, the page cursor.
+
+The gateway's approval-key endpoints and the console's approvals page show the
+same record and page through it the same way (newest first, keyset on
+``(created_at, id)``), so the shape lives here, once
+(docs/architecture.md, "Approval decisions").
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from shared.crypto import b64url_decode, b64url_encode
+
+STATUSES: tuple[str, ...] = (
+    "pending",
+    "approved",
+    "denied",
+    "expired",
+    "executing",
+    "completed",
+    "failed",
+)
+
+
+class ApprovalRecord(msgspec.Struct, kw_only=True):
+    """What ``GET .../approvals/{id}`` answers (docs/mcp-interface.md, "Human approval")."""
+
+    id: str
+    status: str
+    tool: str
+    version: int
+    arguments: dict[str, Any]
+    created_at: datetime
+    expires_at: datetime  # when a pending row expires
+    decided_at: datetime | None
+    decided_by: str | None  # the approval key's prefix, or the console's admin
+    note: str | None
+    completed_at: datetime | None
+    response_payload: Any | None  # masked when it was stored
+
+
+RECORD_COLUMNS = """id, status, tool, version, arguments, created_at, expires_at, decided_at,
+              decided_by, note, completed_at, response_payload"""
+
+
+def record_of(row: dict[str, Any]) -> ApprovalRecord:
+    return ApprovalRecord(**{f: row[f] for f in ApprovalRecord.__struct_fields__})
+
+
+_ID_HEX_BYTES = 16
+_APPROVAL_ID = re.compile(rf"approval_[0-9a-f]{{{2 * _ID_HEX_BYTES}}}")
+
+
+def new_approval_id() -> str:
+    return "approval_" + secrets.token_hex(_ID_HEX_BYTES)
+
+
+def is_approval_id(text: str) -> bool:
+    """Whether ``text`` has the shape ``new_approval_id`` makes; checked before any query,
+    so a NUL or an overlong id never reaches the database."""
+    return _APPROVAL_ID.fullmatch(text) is not None
+
+
+class BadCursor(ValueError):
+    pass
+
+
+_BAD_CURSOR = "cursor is not one this endpoint returned"
+_CURSOR_TEXT = re.compile(r"[A-Za-z0-9_-]{1,200}")  # unpadded base64url, with room to spare
+_cursor_decoder = msgspec.json.Decoder(tuple[datetime, str])
+_encoder = msgspec.json.Encoder()
+
+
+def encode_cursor(created_at: datetime, approval_id: str) -> str:
+    """The cursor of the page after the row ``(created_at, approval_id)``."""
+    return b64url_encode(_encoder.encode((created_at, approval_id)))
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The (created_at, id) a cursor of ``encode_cursor`` holds; BadCursor for anything else
+    (base64 decoding alone would skip characters outside its alphabet, a NUL say)."""
+    if _CURSOR_TEXT.fullmatch(cursor) is None:
+        raise BadCursor(_BAD_CURSOR)
+    try:
+        raw = b64url_decode(cursor)
+        created_at, approval_id = _cursor_decoder.decode(raw)
+    except (ValueError, msgspec.DecodeError) as exc:
+        raise BadCursor(_BAD_CURSOR) from exc
+    if created_at.tzinfo is None or not is_approval_id(approval_id):
+        raise BadCursor(_BAD_CURSOR)
+    return created_at, approval_id
