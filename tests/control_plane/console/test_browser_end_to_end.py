@@ -247,6 +247,12 @@ async def check_viewer_sees_no_write_controls(page: Page, base: str) -> None:
     await expect(page.get_by_role("link", name=READ_TOOL)).to_be_visible()
     await expect(page.get_by_role("link", name="New operation")).to_have_count(0)
     await check_page(page, "e2e-viewer-operations")
+    await page.get_by_role("link", name=GATED_TOOL).click()
+    await expect(page.get_by_role("heading", name="Versions")).to_be_visible()
+    await expect(page.get_by_role("link", name="Edit the draft")).to_have_count(0)
+    for name in ("Publish", "Discard", "Roll back"):
+        await expect(page.get_by_role("button", name=re.compile(f"^{name}"))).to_have_count(0)
+    await check_page(page, "e2e-viewer-operation")
 
     await page.goto(f"{base}/agents")
     await expect(page.get_by_role("link", name=AGENT)).to_be_visible()
@@ -347,11 +353,17 @@ async def test_an_owner_builds_publishes_and_operates_an_agent_and_a_viewer_cann
     async with browser_page(browser) as page:
         await browser_sign_in(page, server.url, viewer)
         await check_viewer_sees_no_write_controls(page, base)
-        forged = await forged_post(page, f"/ui/w/{WS}/agents", {"slug": "forged"})
-        assert forged["status"] == 403
-        assert "<code>forbidden</code>" in forged["text"]
+        for path, form in (
+            (f"/ui/w/{WS}/agents", {"slug": "forged"}),
+            (f"/ui/w/{WS}/keys", {"agent": AGENT, "kind": "agent"}),
+        ):
+            forged = await forged_post(page, path, form)
+            assert forged["status"] == 403, path
+            assert "<code>forbidden</code>" in forged["text"], path
         # The same request shape is admitted where a viewer may write: signing out.
         signed_out = await forged_post(page, "/ui/sign-out", {})
         assert signed_out["type"] == "opaqueredirect"
-    agents = CliClient(server.url, server.admin_token).get(f"/workspaces/{WS}/agents")
-    assert [agent["slug"] for agent in agents["items"]] == [AGENT]
+    api = CliClient(server.url, server.admin_token)
+    agents = api.get(f"/workspaces/{WS}/agents")
+    assert [agent["slug"] for agent in agents["items"]] == [AGENT]  # nothing forged
+    assert len(api.get(f"/workspaces/{WS}/keys")["items"]) == 2
