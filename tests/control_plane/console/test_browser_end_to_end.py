@@ -22,7 +22,7 @@ import pytest
 from mcp import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from playwright.async_api import Browser, Page, expect
+from playwright.async_api import Browser, Locator, Page, expect
 
 from control_plane.cli.client import Client as CliClient
 from mcp_gateway.transport.jsonrpc import REFUSED
@@ -179,22 +179,21 @@ async def create_key(page: Page, base: str, kind: str, screen: str) -> str:
     return (await new_key.text_content() or "").strip()
 
 
-async def find_in_call_log(page: Page, base: str) -> None:
-    """The read call, filtered by its tool, once the gateway's batch is written."""
+async def filter_call_log(page: Page, base: str, tool: str, calls: int) -> Locator:
+    """The call log filtered by ``tool`` through its form, once the gateway's batch
+    holds ``calls`` calls of it; its rows."""
     await page.goto(f"{base}/calls")
-    await page.get_by_label("Tool").fill(READ_TOOL)
+    await page.get_by_label("Tool").fill(tool)
     await page.get_by_role("button", name="Filter").click()
-    await expect(page).to_have_url(re.compile(rf"/calls\?tool={READ_TOOL}$"))
+    await expect(page).to_have_url(re.compile(rf"/calls\?tool={tool}$"))
     rows = page.locator("tbody tr")
     for _ in range(50):  # the page says: calls show up about a second after they end
-        if await rows.count():
+        if await rows.count() >= calls:
             break
         await asyncio.sleep(0.2)
         await page.reload()
-    await expect(rows).to_have_count(1)
-    await expect(rows.locator("code").first).to_have_text(READ_TOOL)
-    await expect(rows.locator(".badge")).to_have_text("ok")
-    await check_page(page, "e2e-calls")
+    await expect(rows).to_have_count(calls)
+    return rows
 
 
 async def approve_in_inbox(page: Page, inbox_url: str, key: str, approval_id: str) -> None:
@@ -279,7 +278,8 @@ async def test_an_owner_builds_publishes_and_operates_an_agent_and_a_viewer_cann
     browser: Browser, egress_server: Server, upstream: ThreadedServer, tmp_path: Path
 ) -> None:
     server = egress_server
-    CliClient(server.url, server.admin_token).post("/workspaces", {"slug": WS})
+    admin = CliClient(server.url, server.admin_token)
+    admin.post("/workspaces", {"slug": WS})
     async with httpx.AsyncClient(base_url=server.url) as api:
         await grant_egress(api, server.admin_token, WS, f"127.0.0.1:{upstream.port}")
     base = f"{server.url}/ui/w/{WS}"
@@ -320,7 +320,10 @@ async def test_an_owner_builds_publishes_and_operates_an_agent_and_a_viewer_cann
         assert read.is_error is False, read
         assert "/orders/A-7" in read.content[0].text
         assert upstream.hits[-1] == "GET /orders/A-7"
-        await find_in_call_log(page, base)
+        logged = await filter_call_log(page, base, READ_TOOL, 1)
+        await expect(logged.locator("td code").first).to_have_text(READ_TOOL)
+        await expect(logged.locator(".badge")).to_have_text("ok")
+        await check_page(page, "e2e-calls")
 
         # 6. The gated tool waits for a person; the approver inbox decides it.
         asked = await call_tool(mcp_url, agent_key, GATED_TOOL)
@@ -336,7 +339,13 @@ async def test_an_owner_builds_publishes_and_operates_an_agent_and_a_viewer_cann
         assert delivered.meta["crank/approval_status"] == "completed"
         assert delivered.meta["crank/approval_id"] == approval_id
         assert upstream.hits.count("POST /orders/A-7/refund") == 1  # not called again
-        await page.goto(f"{base}/approvals/{approval_id}")
+        logged = await filter_call_log(page, base, GATED_TOOL, 3)
+        # Newest first: the repeat call, the approved call the gateway made, the ask.
+        outcomes = ["approval_completed", "ok", "approval_required"]
+        await expect(logged.locator(".badge")).to_have_text(outcomes)
+        await check_page(page, "e2e-calls-approval")
+        await logged.last.get_by_role("link", name="approval").click()  # the log links it
+        await expect(page).to_have_url(f"{base}/approvals/{approval_id}")
         await expect(page.locator(".facts")).to_contain_text("completed")
         await check_page(page, "e2e-approval")
 
@@ -363,7 +372,6 @@ async def test_an_owner_builds_publishes_and_operates_an_agent_and_a_viewer_cann
         # The same request shape is admitted where a viewer may write: signing out.
         signed_out = await forged_post(page, "/ui/sign-out", {})
         assert signed_out["type"] == "opaqueredirect"
-    api = CliClient(server.url, server.admin_token)
-    agents = api.get(f"/workspaces/{WS}/agents")
+    agents = admin.get(f"/workspaces/{WS}/agents")
     assert [agent["slug"] for agent in agents["items"]] == [AGENT]  # nothing forged
-    assert len(api.get(f"/workspaces/{WS}/keys")["items"]) == 2
+    assert len(admin.get(f"/workspaces/{WS}/keys")["items"]) == 2
