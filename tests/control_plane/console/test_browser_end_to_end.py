@@ -45,13 +45,15 @@ async def gateway_for(
     server: Server, upstream: ThreadedServer, tmp_path: Path
 ) -> AsyncIterator[Gateway]:
     """An MCP gateway process on the control plane's database, allowed to call the
-    upstream, its call log flushed within 100 ms."""
+    upstream, its call log flushed within 100 ms. Its periodic refresh stays at the
+    default five seconds, so the revoked key refused right after the revocation is
+    the gateway told of it (LISTEN/NOTIFY), not polling."""
     env = {
         "CRANK_UPSTREAM_ALLOWLIST": f"127.0.0.1:{upstream.port}",
         "CRANK_CALL_LOG_FLUSH_MS": "100",
         "CRANK_RATE_LIMIT": "off",
     }
-    async with run_gateway(server.database_url, tmp_path, refresh_ms=500, extra_env=env) as gw:
+    async with run_gateway(server.database_url, tmp_path, extra_env=env) as gw:
         yield gw
 
 
