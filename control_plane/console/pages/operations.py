@@ -22,10 +22,11 @@ from litestar.response import Redirect, Template
 
 from control_plane.auth import Role, Workspace
 from control_plane.console import operation_views as views
+from control_plane.console.forms import expected_revision
 from control_plane.console.rendering import is_htmx, page
 from control_plane.deps import Caller, CurrentWorkspace, DbConn
 from control_plane.errors import ApiError, Conflict, LintFailed, ValidationFailed
-from control_plane.etag import Precondition, etag, parse_if_match
+from control_plane.etag import etag
 from control_plane.lint import Finding
 from control_plane.services import operations as service
 from shared.db import Connection
@@ -277,9 +278,18 @@ def _stale(request: Request[Any, Any, Any], ws: Workspace, name: str, exc: Confl
     )
 
 
-def _expected(form: WriteForm) -> Precondition:
-    """The revision the page was rendered with; a form without one is 428, as in the API."""
-    return parse_if_match(form.etag)
+async def _refused(
+    request: Request[Any, Any, Any],
+    ws: Workspace,
+    conn: Connection,
+    name: str,
+    exc: Conflict | LintFailed | ValidationFailed,
+) -> Template:
+    """A publish (or a rollback, which publishes) that wrote nothing: a stale page gets
+    the conflict page, a refused spec the operation's page saying why."""
+    if isinstance(exc, Conflict):
+        return _stale(request, ws, name, exc)
+    return await _detail(request, ws, conn, name, status_code=exc.status_code, refusal=exc)
 
 
 @post("/w/{workspace:str}/operations/{name:str}/publish", access=Role.EDITOR)
@@ -291,14 +301,12 @@ async def publish(
     name: FromPath[str],
     data: WriteBody,
 ) -> Template | Redirect:
-    expected = _expected(data)
+    expected = expected_revision(data.etag)
     try:
         async with conn.transaction():
             result = await service.publish_operation(conn, ws, principal.actor, name, expected)
-    except Conflict as exc:
-        return _stale(request, ws, name, exc)
-    except (LintFailed, ValidationFailed) as exc:  # nothing was published: say why
-        return await _detail(request, ws, conn, name, status_code=exc.status_code, refusal=exc)
+    except (Conflict, LintFailed, ValidationFailed) as exc:
+        return await _refused(request, ws, conn, name, exc)
     return _done(ws, name, "published" if result.changed else "unchanged", result.version)
 
 
@@ -311,7 +319,7 @@ async def discard(
     name: FromPath[str],
     data: WriteBody,
 ) -> Template | Redirect:
-    expected = _expected(data)
+    expected = expected_revision(data.etag)
     try:
         async with conn.transaction():
             result = await service.discard_draft(conn, ws, principal.actor, name, expected)
@@ -336,16 +344,14 @@ async def rollback(
     version: FromPath[int],
     data: WriteBody,
 ) -> Template | Redirect:
-    expected = _expected(data)
+    expected = expected_revision(data.etag)
     try:
         async with conn.transaction():
             result = await service.rollback_operation(
                 conn, ws, principal.actor, name, version, expected
             )
-    except Conflict as exc:
-        return _stale(request, ws, name, exc)
-    except (LintFailed, ValidationFailed) as exc:  # nothing was published: say why
-        return await _detail(request, ws, conn, name, status_code=exc.status_code, refusal=exc)
+    except (Conflict, LintFailed, ValidationFailed) as exc:
+        return await _refused(request, ws, conn, name, exc)
     return _done(ws, name, "rolled-back", result.version)
 
 
