@@ -19,7 +19,7 @@ from litestar import Request
 from litestar.response import Template
 
 from control_plane.auth import Workspace
-from control_plane.console.rendering import is_htmx, page
+from control_plane.console.rendering import page, wants_fragment
 from control_plane.errors import ValidationFailed
 from shared.engine.spec_validation import FieldError
 
@@ -34,11 +34,6 @@ class Paged(Protocol):
 
 
 PageT = TypeVar("PageT", bound=Paged)
-
-
-def wants_fragment(request: Request[Any, Any, Any]) -> bool:
-    """An htmx swap; a history restore (back button, nothing cached) needs the whole page."""
-    return is_htmx(request) and request.headers.get("hx-history-restore-request") != "true"
 
 
 def blank_to_none(value: str) -> str | None:

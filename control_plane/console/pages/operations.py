@@ -23,7 +23,7 @@ from litestar.response import Redirect, Template
 from control_plane.auth import Role, Workspace
 from control_plane.console import operation_views as views
 from control_plane.console.forms import expected_revision
-from control_plane.console.rendering import is_htmx, page
+from control_plane.console.rendering import TO_MESSAGES, is_htmx, page, wants_fragment
 from control_plane.deps import Caller, CurrentWorkspace, DbConn
 from control_plane.errors import ApiError, Conflict, LintFailed, ValidationFailed
 from control_plane.etag import etag
@@ -46,15 +46,6 @@ class WriteForm(msgspec.Struct, kw_only=True):
 # The query's "state": a handler parameter may not be named ``state`` (Litestar's app state).
 StateQuery = Annotated[str, QueryParameter(name="state")]
 WriteBody = Annotated[WriteForm, Body(media_type=RequestEncodingType.URL_ENCODED)]
-
-
-def _fragment_for(request: Request[Any, Any, Any], target: str) -> bool:
-    """An htmx request for one region (a history restore wants the whole page)."""
-    return (
-        is_htmx(request)
-        and request.headers.get("hx-target") == target
-        and request.headers.get("hx-history-restore-request") != "true"
-    )
 
 
 def operation_path(ws: Workspace, name: str) -> str:
@@ -117,7 +108,7 @@ async def operation_list(
     )
     template = (
         "operations_results.html"
-        if _fragment_for(request, RESULTS_TARGET) and not errors
+        if wants_fragment(request, RESULTS_TARGET) and not errors
         else "operations.html"
     )
     return page(
@@ -213,7 +204,7 @@ async def _detail(
     findings: list[Finding] = service.lint_stored(row.draft)
     if diff_errors and status_code == 200:
         status_code = 400
-    template = "operation_diff.html" if _fragment_for(request, DIFF_TARGET) else "operation.html"
+    template = "operation_diff.html" if wants_fragment(request, DIFF_TARGET) else "operation.html"
     return page(
         request,
         template,
@@ -271,7 +262,7 @@ def _stale(request: Request[Any, Any, Any], ws: Workspace, name: str, exc: Confl
         request,
         "_conflict.html" if fragment else "operation_conflict.html",
         status_code=409,
-        headers={"HX-Retarget": "#messages", "HX-Reswap": "innerHTML"} if fragment else None,
+        headers=TO_MESSAGES if fragment else None,
         name=name,
         code=exc.code,
         reload_href=operation_path(ws, name),
