@@ -19,6 +19,7 @@ from litestar import Request
 from litestar.response import Template
 
 from control_plane.auth import Workspace
+from control_plane.console.forms import field_errors
 from control_plane.console.rendering import page, wants_fragment
 from control_plane.errors import ValidationFailed
 from shared.engine.spec_validation import FieldError
@@ -39,15 +40,6 @@ PageT = TypeVar("PageT", bound=Paged)
 def blank_to_none(value: str) -> str | None:
     value = value.strip()
     return value or None
-
-
-def field_errors(exc: ValidationFailed) -> dict[str, str]:
-    """The first message per form field (the services name the API's parameters, which
-    the forms' fields share)."""
-    errors: dict[str, str] = {}
-    for problem in exc.errors:
-        errors.setdefault(problem.field, problem.message)
-    return errors
 
 
 def parse_time(field: str, text: str) -> datetime | None:

@@ -18,11 +18,11 @@ from litestar.params import Body, FromPath, FromQuery
 from litestar.response import Redirect, Template
 
 from control_plane.auth import Role
+from control_plane.console.forms import field_errors
 from control_plane.console.listing import (
     HELPERS,
     PAGE_SIZE,
     blank_to_none,
-    field_errors,
     list_page,
 )
 from control_plane.console.rendering import page

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import quote
 
 import msgspec
 from litestar import Request, Response, get, post
@@ -21,6 +20,7 @@ from litestar.response import Redirect, Template
 
 from control_plane.auth import Role, Workspace
 from control_plane.console.forms import ETAG_FIELD, expected_revision
+from control_plane.console.pages.operations import operation_path
 from control_plane.console.rendering import is_htmx, page
 from control_plane.console.wizard import schema as schema_form
 from control_plane.console.wizard.schema import ParamRow
@@ -72,12 +72,12 @@ _TYPE_OPTIONS = [(kind, kind) for kind in schema_form.TYPES]
 
 def _edit_url(ws: Workspace, name: str, step: str = "") -> str:
     tail = f"/{step}" if step else ""
-    return f"/ui/w/{ws.slug}/operations/{quote(name, safe='')}/edit{tail}"
+    return f"{operation_path(ws, name)}/edit{tail}"
 
 
 def _fragment_url(ws: Workspace, name: str) -> str:
     """Where the htmx fragments of ``name``'s wizard are (beside ``edit/{step}``, not under it)."""
-    return f"/ui/w/{ws.slug}/operations/{quote(name, safe='')}/wizard"
+    return f"{operation_path(ws, name)}/wizard"
 
 
 def _blank_draft() -> dict[str, Any]:
@@ -398,7 +398,7 @@ async def _review_action(
     """Save draft (it is saved already: back to the operation) or publish it."""
     ws = view.ws
     if action != "publish":
-        return Redirect(f"/ui/w/{ws.slug}/operations/{quote(row.name, safe='')}", status_code=303)
+        return Redirect(operation_path(ws, row.name), status_code=303)
     findings: list[Finding] = lint_operation(_spec(row.draft))
     view.context.update(findings=findings, published=row.latest_version, revision=row.revision)
     view.context["draft_changed"] = row.draft_changed
