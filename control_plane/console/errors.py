@@ -13,7 +13,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.response import Redirect, Template
 
-from control_plane.console.rendering import SECURITY_HEADERS, is_htmx, public_page
+from control_plane.console.rendering import SECURITY_HEADERS, TO_MESSAGES, is_htmx, public_page
 from control_plane.errors import ApiError, Unauthorized
 from shared.http_errors import http_error_name
 
@@ -31,7 +31,7 @@ def sign_in_redirect(request: Request[Any, Any, Any]) -> Response[Any]:
 
 def _refusal(request: Request[Any, Any, Any], status: int, code: str, message: str) -> Template:
     template = "_message.html" if is_htmx(request) else "error.html"
-    headers = {"HX-Retarget": "#messages", "HX-Reswap": "innerHTML"} if is_htmx(request) else None
+    headers = TO_MESSAGES if is_htmx(request) else None
     return public_page(
         template, status_code=status, headers=headers, code=code, message=message, kind="error"
     )

@@ -39,9 +39,14 @@ def values(form: FormMultiDict, name: str) -> list[str]:
     return [value for value in form.getall(name, []) if isinstance(value, str)]
 
 
+def expected_revision(etag_text: str) -> Precondition:
+    """The revision a page's ETag field names; 428 when it is empty, as the API answers."""
+    return parse_if_match(etag_text.strip() or None)
+
+
 def precondition(form: FormMultiDict) -> Precondition:
-    """What the page was rendered with; 428 when the form lacks it, as the API answers."""
-    return parse_if_match(text(form, ETAG_FIELD) or None)
+    """What the page was rendered with (its ETag field)."""
+    return expected_revision(text(form, ETAG_FIELD))
 
 
 def field_errors(exc: ApiError) -> dict[str, str]:

@@ -10,34 +10,36 @@ request gets them with 400, an htmx one with 200 (htmx swaps no 4xx answer).
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlencode
 
 from litestar import Request
+from litestar.response import Template
 
-from control_plane.console.rendering import is_htmx
+from control_plane.auth import Workspace
+from control_plane.console.forms import field_errors
+from control_plane.console.rendering import page, wants_fragment
 from control_plane.errors import ValidationFailed
 from shared.engine.spec_validation import FieldError
 
+PAGE_SIZE = 50
 
-def wants_fragment(request: Request[Any, Any, Any]) -> bool:
-    """An htmx swap; a history restore (back button, nothing cached) needs the whole page."""
-    return is_htmx(request) and request.headers.get("hx-history-restore-request") != "true"
+
+class Paged(Protocol):
+    """One page of a service's list: its rows and the cursor of the next page."""
+
+    @property
+    def next_cursor(self) -> str | None: ...
+
+
+PageT = TypeVar("PageT", bound=Paged)
 
 
 def blank_to_none(value: str) -> str | None:
     value = value.strip()
     return value or None
-
-
-def field_errors(exc: ValidationFailed) -> dict[str, str]:
-    """The first message per form field (the services name the API's parameters, which
-    the forms' fields share)."""
-    errors: dict[str, str] = {}
-    for problem in exc.errors:
-        errors.setdefault(problem.field, problem.message)
-    return errors
 
 
 def parse_time(field: str, text: str) -> datetime | None:
@@ -82,3 +84,40 @@ def pretty_json(value: Any) -> str:
 
 # Put in every list page's context, for the templates.
 HELPERS: dict[str, Any] = {"when": when, "pretty_json": pretty_json}
+
+
+async def list_page(
+    request: Request[Any, Any, Any],
+    ws: Workspace,
+    name: str,
+    form: dict[str, str],
+    cursor: str,
+    load: Callable[[str | None], Awaitable[PageT]],
+    **context: Any,
+) -> Template:
+    """The list page ``name`` (``/ui/w/{ws}/{name}``, templates ``{name}.html`` and its
+    fragment ``_{name}.html``): ``load`` reads the page at a cursor, raising
+    ``ValidationFailed`` for filters the service refuses, which are shown by field."""
+    result: PageT | None = None
+    errors: dict[str, str] = {}
+    try:
+        result = await load(blank_to_none(cursor))
+    except ValidationFailed as exc:
+        errors = field_errors(exc)
+    fragment = wants_fragment(request)
+    path = f"/ui/w/{ws.slug}/{name}"
+    return page(
+        request,
+        f"_{name}.html" if fragment else f"{name}.html",
+        status_code=400 if errors and not fragment else 200,
+        headers=pushed_url(fragment, list_url(path, form, blank_to_none(cursor))),
+        form=form,
+        errors=errors,
+        result=result,
+        path=path,
+        first_url=list_url(path, form),
+        next_url=list_url(path, form, result.next_cursor) if result and result.next_cursor else "",
+        paged=bool(cursor),
+        **context,
+        **HELPERS,
+    )

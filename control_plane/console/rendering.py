@@ -31,8 +31,22 @@ SECURITY_HEADERS = {
 }
 
 
+# An htmx answer that belongs in the page's message region, not the element that asked.
+TO_MESSAGES = {"HX-Retarget": "#messages", "HX-Reswap": "innerHTML"}
+
+
 def is_htmx(request: Request[Any, Any, Any]) -> bool:
     return request.headers.get("hx-request") == "true"
+
+
+def wants_fragment(request: Request[Any, Any, Any], target: str | None = None) -> bool:
+    """An htmx swap (of the region ``target``, when one is named); a history restore
+    (back button, nothing cached) needs the whole page."""
+    return (
+        is_htmx(request)
+        and request.headers.get("hx-history-restore-request") != "true"
+        and (target is None or request.headers.get("hx-target") == target)
+    )
 
 
 def may_write(ws: Workspace | None, need: Role = Role.EDITOR) -> bool:

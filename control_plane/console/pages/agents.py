@@ -25,6 +25,7 @@ from control_plane.console.forms import (
     values,
 )
 from control_plane.console.mcp_clients import approver_snippet, client_snippets, endpoint
+from control_plane.console.outcomes import done as done_redirect
 from control_plane.console.rendering import page
 from control_plane.deps import Caller, CrankState, CurrentWorkspace, DbConn
 from control_plane.errors import ApiError, Conflict, LintFailed, ValidationFailed
@@ -154,7 +155,7 @@ async def create(
             errors={"slug": exc.message} if taken else field_errors(exc),
             form=fields,
         )
-    return Redirect(f"{agent_path(ws, row.slug)}?done=created", status_code=303)
+    return done_redirect(agent_path(ws, row.slug), "created")
 
 
 async def agent_page(
@@ -267,7 +268,30 @@ async def save_draft(
             errors=field_errors(exc),
             draft_form=submitted,
         )
-    return Redirect(f"{agent_path(ws, slug)}?done=saved", status_code=303)
+    return done_redirect(agent_path(ws, slug), "saved")
+
+
+async def _refused(
+    request: Request[Any, Any, Any],
+    ws: Workspace,
+    conn: Connection,
+    app_state: AppState,
+    slug: str,
+    exc: ApiError,
+) -> Template:
+    """The agent's current page after a publish or unpublish that wrote nothing: a stale
+    page (409) or lint errors that block publishing (422)."""
+    row = await require_agent(conn, ws, slug)
+    return await agent_page(
+        request,
+        ws,
+        conn,
+        app_state,
+        row,
+        status_code=409 if is_stale(exc) else 422,
+        stale=is_stale(exc),
+        lint_errors=exc.findings if isinstance(exc, LintFailed) else [],
+    )
 
 
 @post("/w/{workspace:str}/agents/{slug:str}/publish", access=Role.EDITOR)
@@ -285,17 +309,7 @@ async def publish(
     except ApiError as exc:
         if not (isinstance(exc, LintFailed) or is_stale(exc)):
             raise
-        row = await require_agent(conn, ws, slug)
-        return await agent_page(
-            request,
-            ws,
-            conn,
-            app_state,
-            row,
-            status_code=409 if is_stale(exc) else 422,
-            stale=is_stale(exc),
-            lint_errors=exc.findings if isinstance(exc, LintFailed) else [],
-        )
+        return await _refused(request, ws, conn, app_state, slug, exc)
     return await agent_page(request, ws, conn, app_state, outcome.agent, outcome=outcome)
 
 
@@ -314,9 +328,8 @@ async def unpublish(
     except ApiError as exc:
         if not is_stale(exc):
             raise
-        row = await require_agent(conn, ws, slug)
-        return await agent_page(request, ws, conn, app_state, row, status_code=409, stale=True)
-    return Redirect(f"{agent_path(ws, slug)}?done=unpublished", status_code=303)
+        return await _refused(request, ws, conn, app_state, slug, exc)
+    return done_redirect(agent_path(ws, slug), "unpublished")
 
 
 handlers: list[Any] = [agents, create, agent, save_draft, publish, unpublish]

@@ -18,13 +18,12 @@ from litestar.params import Body, FromPath, FromQuery
 from litestar.response import Redirect, Template
 
 from control_plane.auth import Role
+from control_plane.console.forms import field_errors
 from control_plane.console.listing import (
     HELPERS,
+    PAGE_SIZE,
     blank_to_none,
-    field_errors,
-    list_url,
-    pushed_url,
-    wants_fragment,
+    list_page,
 )
 from control_plane.console.rendering import page
 from control_plane.deps import Caller, CurrentWorkspace, DbConn
@@ -41,7 +40,6 @@ from shared.approval_decisions import MAX_NOTE_CHARS
 from shared.approval_records import STATUSES
 from shared.engine.spec_validation import FieldError
 
-PAGE_SIZE = 50
 _DECISIONS: dict[str, Literal["approved", "denied"]] = {"approve": "approved", "deny": "denied"}
 
 
@@ -61,34 +59,14 @@ async def approvals(
     cursor: FromQuery[str] = "",
 ) -> Template:
     form = {"status": status, "agent": agent, "tool": tool}
-    result: ApprovalList | None = None
-    errors: dict[str, str] = {}
-    try:
+
+    async def load(at: str | None) -> ApprovalList:
         filters = ApprovalFilters(
             status=blank_to_none(status), agent=blank_to_none(agent), tool=blank_to_none(tool)
         )
-        result = await list_approvals(
-            conn, ws.id, filters, limit=PAGE_SIZE, cursor=blank_to_none(cursor)
-        )
-    except ValidationFailed as exc:
-        errors = field_errors(exc)
-    fragment = wants_fragment(request)
-    path = f"/ui/w/{ws.slug}/approvals"
-    return page(
-        request,
-        "_approvals.html" if fragment else "approvals.html",
-        status_code=400 if errors and not fragment else 200,
-        headers=pushed_url(fragment, list_url(path, form, blank_to_none(cursor))),
-        form=form,
-        errors=errors,
-        result=result,
-        statuses=STATUSES,
-        path=path,
-        first_url=list_url(path, form),
-        next_url=list_url(path, form, result.next_cursor) if result and result.next_cursor else "",
-        paged=bool(cursor),
-        **HELPERS,
-    )
+        return await list_approvals(conn, ws.id, filters, limit=PAGE_SIZE, cursor=at)
+
+    return await list_page(request, ws, "approvals", form, cursor, load, statuses=STATUSES)
 
 
 async def _detail(

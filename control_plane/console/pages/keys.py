@@ -19,6 +19,8 @@ from litestar.response import Redirect, Template
 
 from control_plane.auth import Role, Workspace
 from control_plane.console.forms import field_errors, read_form, text
+from control_plane.console.outcomes import confirmation
+from control_plane.console.outcomes import done as done_redirect
 from control_plane.console.rendering import page
 from control_plane.deps import Caller, CrankState, CurrentWorkspace, DbConn
 from control_plane.errors import NotFound, ValidationFailed
@@ -139,9 +141,8 @@ async def confirm_revoke(
 ) -> Template:
     key = await _key(conn, ws, key_id)
     kind = "approval key" if key.kind == "approval" else "agent key"
-    return page(
+    return confirmation(
         request,
-        "confirm.html",
         heading="Revoke API key",
         question=(
             f"Revoke the {kind} {key.prefix}… of agent {key.agent}"
@@ -159,7 +160,7 @@ async def revoke(
     ws: CurrentWorkspace, key_id: FromPath[int], conn: DbConn, principal: Caller
 ) -> Redirect:
     await revoke_api_key(conn, ws, principal.actor, key_id)
-    return Redirect(f"{_keys_path(ws)}?done=revoked", status_code=303)
+    return done_redirect(_keys_path(ws), "revoked")
 
 
 handlers: list[Any] = [keys, create, confirm_revoke, revoke]

@@ -22,10 +22,11 @@ from litestar.response import Redirect, Template
 
 from control_plane.auth import Role, Workspace
 from control_plane.console import operation_views as views
-from control_plane.console.rendering import is_htmx, page
+from control_plane.console.forms import expected_revision
+from control_plane.console.rendering import TO_MESSAGES, is_htmx, page, wants_fragment
 from control_plane.deps import Caller, CurrentWorkspace, DbConn
 from control_plane.errors import ApiError, Conflict, LintFailed, ValidationFailed
-from control_plane.etag import Precondition, etag, parse_if_match
+from control_plane.etag import etag
 from control_plane.lint import Finding
 from control_plane.services import operations as service
 from shared.db import Connection
@@ -45,15 +46,6 @@ class WriteForm(msgspec.Struct, kw_only=True):
 # The query's "state": a handler parameter may not be named ``state`` (Litestar's app state).
 StateQuery = Annotated[str, QueryParameter(name="state")]
 WriteBody = Annotated[WriteForm, Body(media_type=RequestEncodingType.URL_ENCODED)]
-
-
-def _fragment_for(request: Request[Any, Any, Any], target: str) -> bool:
-    """An htmx request for one region (a history restore wants the whole page)."""
-    return (
-        is_htmx(request)
-        and request.headers.get("hx-target") == target
-        and request.headers.get("hx-history-restore-request") != "true"
-    )
 
 
 def operation_path(ws: Workspace, name: str) -> str:
@@ -116,7 +108,7 @@ async def operation_list(
     )
     template = (
         "operations_results.html"
-        if _fragment_for(request, RESULTS_TARGET) and not errors
+        if wants_fragment(request, RESULTS_TARGET) and not errors
         else "operations.html"
     )
     return page(
@@ -212,7 +204,7 @@ async def _detail(
     findings: list[Finding] = service.lint_stored(row.draft)
     if diff_errors and status_code == 200:
         status_code = 400
-    template = "operation_diff.html" if _fragment_for(request, DIFF_TARGET) else "operation.html"
+    template = "operation_diff.html" if wants_fragment(request, DIFF_TARGET) else "operation.html"
     return page(
         request,
         template,
@@ -270,16 +262,25 @@ def _stale(request: Request[Any, Any, Any], ws: Workspace, name: str, exc: Confl
         request,
         "_conflict.html" if fragment else "operation_conflict.html",
         status_code=409,
-        headers={"HX-Retarget": "#messages", "HX-Reswap": "innerHTML"} if fragment else None,
+        headers=TO_MESSAGES if fragment else None,
         name=name,
         code=exc.code,
         reload_href=operation_path(ws, name),
     )
 
 
-def _expected(form: WriteForm) -> Precondition:
-    """The revision the page was rendered with; a form without one is 428, as in the API."""
-    return parse_if_match(form.etag)
+async def _refused(
+    request: Request[Any, Any, Any],
+    ws: Workspace,
+    conn: Connection,
+    name: str,
+    exc: Conflict | LintFailed | ValidationFailed,
+) -> Template:
+    """A publish (or a rollback, which publishes) that wrote nothing: a stale page gets
+    the conflict page, a refused spec the operation's page saying why."""
+    if isinstance(exc, Conflict):
+        return _stale(request, ws, name, exc)
+    return await _detail(request, ws, conn, name, status_code=exc.status_code, refusal=exc)
 
 
 @post("/w/{workspace:str}/operations/{name:str}/publish", access=Role.EDITOR)
@@ -291,14 +292,12 @@ async def publish(
     name: FromPath[str],
     data: WriteBody,
 ) -> Template | Redirect:
-    expected = _expected(data)
+    expected = expected_revision(data.etag)
     try:
         async with conn.transaction():
             result = await service.publish_operation(conn, ws, principal.actor, name, expected)
-    except Conflict as exc:
-        return _stale(request, ws, name, exc)
-    except (LintFailed, ValidationFailed) as exc:  # nothing was published: say why
-        return await _detail(request, ws, conn, name, status_code=exc.status_code, refusal=exc)
+    except (Conflict, LintFailed, ValidationFailed) as exc:
+        return await _refused(request, ws, conn, name, exc)
     return _done(ws, name, "published" if result.changed else "unchanged", result.version)
 
 
@@ -311,7 +310,7 @@ async def discard(
     name: FromPath[str],
     data: WriteBody,
 ) -> Template | Redirect:
-    expected = _expected(data)
+    expected = expected_revision(data.etag)
     try:
         async with conn.transaction():
             result = await service.discard_draft(conn, ws, principal.actor, name, expected)
@@ -336,16 +335,14 @@ async def rollback(
     version: FromPath[int],
     data: WriteBody,
 ) -> Template | Redirect:
-    expected = _expected(data)
+    expected = expected_revision(data.etag)
     try:
         async with conn.transaction():
             result = await service.rollback_operation(
                 conn, ws, principal.actor, name, version, expected
             )
-    except Conflict as exc:
-        return _stale(request, ws, name, exc)
-    except (LintFailed, ValidationFailed) as exc:  # nothing was published: say why
-        return await _detail(request, ws, conn, name, status_code=exc.status_code, refusal=exc)
+    except (Conflict, LintFailed, ValidationFailed) as exc:
+        return await _refused(request, ws, conn, name, exc)
     return _done(ws, name, "rolled-back", result.version)
 
 

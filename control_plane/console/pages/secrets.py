@@ -16,6 +16,8 @@ from litestar.response import Redirect, Template
 
 from control_plane.auth import Role, Workspace
 from control_plane.console.forms import field_errors, read_form, text
+from control_plane.console.outcomes import confirmation
+from control_plane.console.outcomes import done as done_redirect
 from control_plane.console.rendering import page
 from control_plane.deps import Caller, CrankState, CurrentWorkspace, DbConn
 from control_plane.errors import NotFound, ValidationFailed
@@ -88,7 +90,7 @@ async def store(
             request, ws, conn, status_code=400, errors=field_errors(exc), name=name
         )
     done = "created" if stored.created else ("replaced" if stored.changed else "unchanged")
-    return Redirect(f"{_secrets_path(ws)}?done={done}", status_code=303)
+    return done_redirect(_secrets_path(ws), done)
 
 
 @get("/w/{workspace:str}/secrets/{name:str}/delete", access=Role.EDITOR)
@@ -97,9 +99,8 @@ async def confirm_delete(
 ) -> Template:
     if name not in {secret.name for secret in await list_secrets(conn, ws.id)}:
         raise NotFound(f"secret {name!r} not found in workspace {ws.slug!r}")
-    return page(
+    return confirmation(
         request,
-        "confirm.html",
         heading="Delete secret",
         question=(
             f"Delete the secret {name}? Operations that name it in request.auth fail "
@@ -116,7 +117,7 @@ async def delete(
     ws: CurrentWorkspace, name: FromPath[str], conn: DbConn, principal: Caller
 ) -> Redirect:
     await delete_secret(conn, ws, principal.actor, name)
-    return Redirect(f"{_secrets_path(ws)}?done=deleted", status_code=303)
+    return done_redirect(_secrets_path(ws), "deleted")
 
 
 handlers: list[Any] = [secrets, store, confirm_delete, delete]

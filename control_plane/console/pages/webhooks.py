@@ -12,8 +12,9 @@ from litestar.response import Redirect, Template
 
 from control_plane.auth import Role
 from control_plane.console.forms import field_errors, read_form, text, values
+from control_plane.console.outcomes import confirmation
+from control_plane.console.outcomes import done as done_redirect
 from control_plane.console.pages.agents import agent_page, agent_path
-from control_plane.console.rendering import page
 from control_plane.deps import Caller, CrankState, CurrentWorkspace, DbConn
 from control_plane.errors import ValidationFailed
 from control_plane.services.agents import require_agent
@@ -65,9 +66,8 @@ async def confirm_revoke(
     conn: DbConn,
 ) -> Template:
     subscription = await get_webhook(conn, ws, slug, webhook_id)
-    return page(
+    return confirmation(
         request,
-        "confirm.html",
         heading="Revoke webhook subscription",
         question=(
             f"Revoke {subscription.id}, which sends {', '.join(subscription.events)} of agent "
@@ -88,7 +88,7 @@ async def revoke(
     principal: Caller,
 ) -> Redirect:
     await revoke_webhook(conn, ws, principal.actor, slug, webhook_id)
-    return Redirect(f"{agent_path(ws, slug)}?done=webhook_revoked", status_code=303)
+    return done_redirect(agent_path(ws, slug), "webhook_revoked")
 
 
 handlers: list[Any] = [create, confirm_revoke, revoke]

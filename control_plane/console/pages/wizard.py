@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import quote
 
 import msgspec
 from litestar import Request, Response, get, post
@@ -20,6 +19,8 @@ from litestar.params import FromPath
 from litestar.response import Redirect, Template
 
 from control_plane.auth import Role, Workspace
+from control_plane.console.forms import ETAG_FIELD, expected_revision
+from control_plane.console.pages.operations import operation_path
 from control_plane.console.rendering import is_htmx, page
 from control_plane.console.wizard import schema as schema_form
 from control_plane.console.wizard.schema import ParamRow
@@ -43,7 +44,7 @@ from control_plane.console.wizard.steps import (
 )
 from control_plane.deps import Caller, CrankState, CurrentWorkspace, DbConn
 from control_plane.errors import ApiError, Conflict, LintFailed, NotFound, ValidationFailed
-from control_plane.etag import etag, parse_if_match
+from control_plane.etag import etag
 from control_plane.lint import Finding, lint_operation
 from control_plane.services.operations import (
     OperationRow,
@@ -71,12 +72,12 @@ _TYPE_OPTIONS = [(kind, kind) for kind in schema_form.TYPES]
 
 def _edit_url(ws: Workspace, name: str, step: str = "") -> str:
     tail = f"/{step}" if step else ""
-    return f"/ui/w/{ws.slug}/operations/{quote(name, safe='')}/edit{tail}"
+    return f"{operation_path(ws, name)}/edit{tail}"
 
 
 def _fragment_url(ws: Workspace, name: str) -> str:
     """Where the htmx fragments of ``name``'s wizard are (beside ``edit/{step}``, not under it)."""
-    return f"/ui/w/{ws.slug}/operations/{quote(name, safe='')}/wizard"
+    return f"{operation_path(ws, name)}/wizard"
 
 
 def _blank_draft() -> dict[str, Any]:
@@ -345,7 +346,7 @@ async def save_step(
     action = str(form.get("action", "next"))
     row = await require_operation(conn, ws, name)
     view = StepPage(request, ws, step, row.draft)
-    view.context["etag"] = str(form.get("etag", ""))
+    view.context["etag"] = str(form.get(ETAG_FIELD, ""))
     errors: dict[str, str] = {}
     rows: list[ParamRow] = []
     draft: dict[str, Any]
@@ -381,7 +382,7 @@ async def save_step(
         return view.render(400, errors=placed, elsewhere=elsewhere)
     try:
         await update_operation_draft(
-            conn, ws, principal.actor, name, _spec(draft), parse_if_match(view.context["etag"])
+            conn, ws, principal.actor, name, _spec(draft), expected_revision(view.context["etag"])
         )
     except ValidationFailed as exc:
         placed, elsewhere = place_errors(step, exc.errors, rows)
@@ -397,13 +398,13 @@ async def _review_action(
     """Save draft (it is saved already: back to the operation) or publish it."""
     ws = view.ws
     if action != "publish":
-        return Redirect(f"/ui/w/{ws.slug}/operations/{quote(row.name, safe='')}", status_code=303)
+        return Redirect(operation_path(ws, row.name), status_code=303)
     findings: list[Finding] = lint_operation(_spec(row.draft))
     view.context.update(findings=findings, published=row.latest_version, revision=row.revision)
     view.context["draft_changed"] = row.draft_changed
     try:
         result = await publish_operation(
-            conn, ws, actor, row.name, parse_if_match(view.context["etag"])
+            conn, ws, actor, row.name, expected_revision(view.context["etag"])
         )
     except LintFailed as exc:
         return view.render(422, findings=exc.findings, blocked=True)

@@ -277,12 +277,15 @@ def example_arguments(draft: dict[str, Any]) -> str:
     return json.dumps(samples, indent=2)
 
 
-def _integer(values: dict[str, str], field: str, errors: dict[str, str]) -> int | None:
-    try:
-        return int(values[field].strip())
-    except ValueError:
-        errors[field] = "a whole number"
-        return None
+def _set_integers(
+    values: dict[str, str], fields: tuple[str, ...], target: dict[str, Any], errors: dict[str, str]
+) -> None:
+    """Each of ``fields`` as a whole number into ``target``; an error by field if not one."""
+    for field in fields:
+        try:
+            target[field] = int(values[field].strip())
+        except ValueError:
+            errors[field] = "a whole number"
 
 
 def apply_response(
@@ -292,10 +295,7 @@ def apply_response(
     spec = copy.deepcopy(draft)
     response = spec["response"]
     response["select"] = values["select"].strip() or None
-    for field in ("max_items", "max_bytes"):
-        number = _integer(values, field, errors)
-        if number is not None:
-            response[field] = number
+    _set_integers(values, ("max_items", "max_bytes"), response, errors)
     return spec, errors
 
 
@@ -346,10 +346,7 @@ def apply_safety(
     argument = values["idempotency_argument"].strip()
     header = values["idempotency_header"].strip() or "Idempotency-Key"
     execution["idempotency"] = {"argument": argument, "header": header} if argument else None
-    for field in ("timeout_ms", "retries"):
-        number = _integer(values, field, errors)
-        if number is not None:
-            execution[field] = number
+    _set_integers(values, ("timeout_ms", "retries"), execution, errors)
     spec["safety"]["approval"] = values["approval"] == "on"
     confirmation = values["confirmation"]
     if confirmation not in CONFIRMATIONS:
