@@ -41,6 +41,11 @@ class Endpoint:
     def approvals(self) -> str:
         return f"{self.client_url}/approvals"
 
+    @property
+    def inbox(self) -> str:
+        """The approver inbox, the gateway's page for people holding an approval key."""
+        return f"{self.approvals}/inbox"
+
 
 def endpoint(public_url: str, prefix: str, workspace: str, agent: str) -> Endpoint:
     """``public_url`` and ``prefix``: CRANK_PUBLIC_URL and CRANK_PUBLIC_PATH_PREFIX."""

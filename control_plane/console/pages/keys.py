@@ -19,6 +19,7 @@ from litestar.response import Redirect, Template
 
 from control_plane.auth import Role, Workspace
 from control_plane.console.forms import field_errors, read_form, text
+from control_plane.console.mcp_clients import endpoint
 from control_plane.console.outcomes import confirmation
 from control_plane.console.outcomes import done as done_redirect
 from control_plane.console.rendering import page
@@ -35,6 +36,7 @@ from control_plane.services.keys import (
 )
 from shared.db import Connection
 from shared.engine.spec_validation import FieldError, decode_error_to_field
+from shared.settings import Settings
 
 MAX_EXPIRY_DAYS = 3650
 DONE = {"revoked": "Key revoked: every gateway refuses it from now on."}
@@ -54,7 +56,13 @@ async def _keys_page(
     errors: dict[str, str] | None = None,
     form: dict[str, str] | None = None,
     done: str = "",
+    settings: Settings | None = None,
 ) -> Template:
+    inbox = (
+        endpoint(settings.public_url, settings.public_path_prefix, ws.slug, issued.agent)
+        if issued is not None and settings is not None
+        else None
+    )
     return page(
         request,
         "keys.html",
@@ -62,6 +70,7 @@ async def _keys_page(
         keys=await list_api_keys(conn, ws.id),
         agents=[row.slug for row in await list_agents(conn, ws.id)],
         issued=issued,
+        inbox=inbox,
         errors=errors or {},
         form=form or {"kind": "agent"},
         done=DONE.get(done, ""),
@@ -125,7 +134,9 @@ async def create(
         if "expires_at" in errors:
             errors["expires_days"] = errors.pop("expires_at")
         return await _keys_page(request, ws, conn, status_code=400, errors=errors, form=submitted)
-    return await _keys_page(request, ws, conn, status_code=201, issued=issued)
+    return await _keys_page(
+        request, ws, conn, status_code=201, issued=issued, settings=app_state.settings
+    )
 
 
 async def _key(conn: Connection, ws: Workspace, key_id: int) -> KeyView:

@@ -176,6 +176,7 @@ async def test_the_endpoint_is_a_gateway_path_and_the_snippets_hold_no_key(
     ):
         assert f">{client_name}</h3>" in page.text, client_name
     assert "https://GATEWAY_HOST/mcp/v1/acme/rates" in text  # in the configurations
+    assert "<code>https://GATEWAY_HOST/mcp/v1/acme/rates/approvals/inbox</code>" in page.text
     for line in mcp_curls("https://GATEWAY_HOST/mcp/v1/acme/rates", KEY_PLACEHOLDER):
         assert textwrap.dedent(line) in text  # crank up's own curl lines, shared
     assert re.search(r"crk_(agent|approval)_[A-Za-z0-9]{20}", text) is None
@@ -211,6 +212,7 @@ async def test_with_a_public_url_the_endpoint_is_a_whole_url(
         text = html.unescape(page.text)
         assert f"claude mcp add --transport http crank-acme-rates {url}" in text
         assert f"curl {url}/approvals" in text
+        assert f'<a href="{url}/approvals/inbox">' in page.text  # the approver inbox
         assert "on the MCP gateway's host" not in text
 
 

@@ -82,6 +82,9 @@ async def test_an_approval_key_is_created_and_listed_as_its_own_kind(
     found = KEY.search(created.text)
     assert found
     assert found.group(1).startswith("crk_approval_")
+    # Where the key goes: the gateway's approver inbox of the key's agent.
+    assert "<code>https://GATEWAY_HOST/mcp/v1/" in created.text
+    assert "/rates/approvals/inbox</code>" in created.text
     [listed] = await _keys(client, admin_token)
     assert listed["kind"] == "approval"
 
