@@ -8,7 +8,6 @@ new entries arrive: they have larger ids and never shift a later page.
 
 from __future__ import annotations
 
-import binascii
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -95,7 +94,7 @@ def decode_cursor(cursor: str) -> int:
     """The last id a page returned; raises ValidationFailed for a cursor this API did not make."""
     try:
         text = b64url_decode(cursor).decode()
-    except (binascii.Error, UnicodeDecodeError):
+    except ValueError:  # binascii.Error, UnicodeDecodeError, and non-ASCII input
         text = ""
     number = text.removeprefix(_CURSOR_PREFIX)
     # Ids are bigint: anything longer or larger is not a cursor this API made.

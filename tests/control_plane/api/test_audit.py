@@ -106,6 +106,7 @@ async def test_entries_added_while_paging_do_not_shift_later_pages(
         ("?limit=201", "limit"),
         ("?cursor=not-a-cursor", "cursor"),
         ("?cursor=YToxMHg", "cursor"),  # base64 of "a:10x"
+        ("?cursor=%C3%A9", "cursor"),  # non-ASCII: base64 decoding raises a bare ValueError
     ],
 )
 async def test_bad_paging_parameters_are_400(

@@ -156,6 +156,7 @@ async def test_cursor_pages_through_every_call_once(
         ("?agent=Not_A_Slug", "agent"),
         ("?tool=no%20spaces", "tool"),
         ("?cursor=bm9wZQ", "cursor"),
+        ("?cursor=%C3%A9", "cursor"),  # non-ASCII: base64 decoding raises a bare ValueError
     ],
 )
 async def test_bad_filter_values_get_400_naming_the_field(
