@@ -1,4 +1,4 @@
-"""``crank secrets set|list|delete``: upstream credentials of a workspace.
+"""``crank secrets set|list|delete|rotate-key``: upstream credentials of a workspace.
 
 The value of ``set`` comes from stdin or ``--value-file``, never from the
 command line, where ``ps`` and the shell history would keep it::
@@ -8,8 +8,10 @@ command line, where ``ps`` and the shell history would keep it::
 
 On a terminal it prompts without echo. One trailing newline is dropped (what
 ``echo`` and most editors add); nothing about the value is ever printed.
-Exit codes: 0 done, 1 refused by validation (bad name, empty value), 2 usage
-or connection errors.
+``rotate-key`` (instance admins) re-encrypts every stored secret under the
+current ``CRANK_SECRET_KEY`` and exits 1 when some value no key opens.
+Exit codes: 0 done, 1 refused by validation (bad name, empty value) or
+unreadable values left by rotate-key, 2 usage or connection errors.
 """
 
 from __future__ import annotations
@@ -69,6 +71,25 @@ def delete_secret(args: argparse.Namespace) -> int:
     return 0
 
 
+ROTATE_TIMEOUT_S = 600.0  # one request re-seals every row, batch by batch
+
+
+def rotate_key(args: argparse.Namespace) -> int:
+    report = Client.from_env(timeout=ROTATE_TIMEOUT_S).post("/secrets/rotate-key", {})
+    unreadable = report["unreadable"]
+    print(
+        f"rotated {report['rotated']}, already current {report['already_current']}, "
+        f"unreadable {len(unreadable)} (key id {report['key_id']})"
+    )
+    for item in unreadable:
+        print(
+            f"unreadable {item['kind']} {item['name']} in workspace {item['workspace']} "
+            f"(sealed with key id {item['key_id']})",
+            file=sys.stderr,
+        )
+    return 1 if unreadable else 0
+
+
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     secrets = subparsers.add_parser("secrets", help="workspace secrets (upstream credentials)")
     actions = secrets.add_subparsers(dest="secrets_command", required=True, metavar="ACTION")
@@ -94,3 +115,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--workspace", default="default", metavar="W")
     parser.add_argument("name", metavar="NAME")
     parser.set_defaults(func=delete_secret)
+
+    parser = actions.add_parser(
+        "rotate-key",
+        help="re-encrypt every stored secret under the current CRANK_SECRET_KEY",
+        description=(
+            "Re-encrypt every workspace secret and webhook signing secret sealed with a "
+            "previous key (CRANK_SECRET_KEY_PREVIOUS on the control plane) under the current "
+            "one. Instance admins only. Exits 1 when some value no configured key opens."
+        ),
+    )
+    parser.set_defaults(func=rotate_key)

@@ -1,7 +1,8 @@
 """``/api/v1/workspaces/{workspace}/secrets``: write-only upstream credentials.
 
 Listing (names and times, never values) needs the viewer role; setting and
-deleting need the editor role. Secrets take no ``If-Match``: they have no
+deleting need the editor role. ``POST /api/v1/secrets/rotate-key`` (instance
+admins only) re-seals every stored secret under the current key. Secrets take no ``If-Match``: they have no
 readable state a client could have based its write on, so there is nothing
 to conflict on — a PUT replaces the value, last write wins.
 """
@@ -11,12 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from litestar import Controller, Response, delete, get, put
+from litestar import Controller, Response, delete, get, post, put
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, JSONBody
 
+from control_plane.access import INSTANCE_ADMIN
 from control_plane.auth import Role
 from control_plane.deps import Caller, CrankState, CurrentWorkspace, DbConn
+from control_plane.services.key_rotation import RotationReport, rotate_key
 from control_plane.services.secrets import SecretView, delete_secret, list_secrets, set_secret
 
 
@@ -62,4 +65,22 @@ class SecretController(Controller):
         await delete_secret(conn, ws, principal.actor, name)
 
 
-handlers: list[Any] = [SecretController]
+@post(
+    "/secrets/rotate-key",
+    access=INSTANCE_ADMIN,
+    tags=["secrets"],
+    status_code=200,
+    summary="Re-encrypt every stored secret under the current key (instance admins only)",
+    description=(
+        "Workspace secrets and webhook signing secrets sealed with a key listed in "
+        "CRANK_SECRET_KEY_PREVIOUS are sealed again with CRANK_SECRET_KEY, in batches, "
+        "while gateways keep serving. Values no configured key opens are listed in "
+        "`unreadable` (workspace and name, never a value) and left unchanged. Running it "
+        "again rotates nothing more."
+    ),
+)
+async def rotate_secret_key(principal: Caller, app_state: CrankState) -> RotationReport:
+    return await rotate_key(app_state.pool, app_state.box, principal.actor)
+
+
+handlers: list[Any] = [SecretController, rotate_secret_key]

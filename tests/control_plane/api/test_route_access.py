@@ -258,6 +258,7 @@ OUTSIDE_WORKSPACES: dict[tuple[str, str], Access] = {
     ("GET", "/me"): ANY_CALLER,
     ("GET", "/workspaces"): ANY_CALLER,
     ("POST", "/workspaces"): INSTANCE_ADMIN,
+    ("POST", "/secrets/rotate-key"): INSTANCE_ADMIN,
 }
 
 
