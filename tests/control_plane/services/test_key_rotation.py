@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,7 +21,7 @@ from control_plane.services.secrets import set_secret
 from shared.crypto import Sealed, SecretBox, secret_associated_data
 from shared.db import Connection, connect, open_pool
 from shared.webhook_signing import subscription_associated_data
-from tests.support.db import TEST_SECRET_KEY
+from tests.support.db import TEST_SECRET_KEY, wait_until_blocked
 
 OLD_KEY = "an-older-secret-key-that-is-long-enough-987654"
 LOST_KEY = "a-key-nobody-configured-any-more-long-enough-000"
@@ -198,3 +199,25 @@ async def test_a_secret_replaced_between_the_read_and_the_write_keeps_the_new_va
     for name, value in (("RACED", "new-value"), ("CALM", "calm-value")):
         assert found[name]["key_id"] == BOX.current_key_id
         assert opened(BOX, found[name], secret_associated_data(ws.id, name)) == value
+
+
+async def test_a_replace_not_yet_committed_holds_the_rotation_back_and_then_wins(
+    database_url: str, ws: Workspace
+) -> None:
+    await store_secret(database_url, OLD_BOX, ws, "RACED", "old-value")
+    async with (
+        await connect(database_url) as rotation,
+        await connect(database_url) as writer,
+        await connect(database_url, autocommit=True) as watcher,
+    ):
+        batch = await read_batch(rotation, BOX, SECRETS, None)
+        await set_secret(writer, BOX, ws, "operator", "RACED", "new-value")  # row locked
+        writing = asyncio.create_task(write_batch(rotation, SECRETS, batch.resealed))
+        await wait_until_blocked(watcher, rotation.info.backend_pid)
+        await writer.commit()
+        written = await asyncio.wait_for(writing, timeout=5)
+        await rotation.commit()
+
+    assert written == 0
+    [row] = await rows(database_url, "SELECT * FROM secrets")
+    assert opened(BOX, row, secret_associated_data(ws.id, "RACED")) == "new-value"
