@@ -178,6 +178,8 @@ def validation_exception_handler(
                 key = where.rstrip("`").lstrip(".") or key
             elif key == "data":
                 key = ""  # the body as a whole, e.g. an unknown top-level field
+                if message == "'data'":  # Litestar's KeyError text: there was no body at all
+                    message = "this request needs a JSON body; none was sent"
             errors.append(FieldError(key, message))
     return Response(
         _body("validation_failed", exc.detail, errors), status_code=400, media_type=MediaType.JSON

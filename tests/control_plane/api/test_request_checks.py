@@ -159,3 +159,18 @@ async def test_input_properties_of_the_wrong_type_is_400(client: Client, admin_t
     spec["input"]["properties"] = 5
     response = await client.post(f"{WS}/operations", json=spec, headers=auth(admin_token))
     assert refused(response) == ["input.properties"]
+
+
+@pytest.mark.usefixtures("acme")
+@pytest.mark.parametrize(
+    "path", ["/api/v1/workspaces", f"{WS}/operations", f"{WS}/agents", f"{WS}/keys"]
+)
+async def test_a_body_route_sent_no_body_says_so(
+    client: Client, admin_token: str, path: str
+) -> None:
+    response = await client.post(path, headers=auth(admin_token))
+    assert refused(response) == [""]
+    # Not Litestar's bare KeyError text ("'data'"): what was wrong, in words.
+    assert response.json()["errors"][0]["message"] == (
+        "this request needs a JSON body; none was sent"
+    )
