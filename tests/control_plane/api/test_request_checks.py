@@ -169,8 +169,7 @@ async def test_a_body_route_sent_no_body_says_so(
     client: Client, admin_token: str, path: str
 ) -> None:
     response = await client.post(path, headers=auth(admin_token))
-    assert refused(response) == [""]
+    assert "" in refused(response)  # Litestar may list other parameters it gave up on too
     # Not Litestar's bare KeyError text ("'data'"): what was wrong, in words.
-    assert response.json()["errors"][0]["message"] == (
-        "this request needs a JSON body; none was sent"
-    )
+    messages = {e["field"]: e["message"] for e in response.json()["errors"]}
+    assert messages[""] == "this request needs a JSON body; none was sent"
