@@ -17,22 +17,17 @@ import secrets
 import shutil
 import subprocess
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import pytest
 import yaml
 
-from tests.gateway.transport.test_seed_replay import (
-    SEED_INITIALIZE,
-    SEED_TOOLS_LIST,
-    seed_demo_rates,
-)
-from tests.support.api import Client
 from tests.support.gateway import SEED_URL_PATH
 from tests.support.mcp import curl_client
 from tests.support.paths import REPOSITORY_DIR
 from tests.support.processes import free_port
+from tests.support.seed import SEED_INITIALIZE, SEED_TOOLS_LIST, seed_demo_rates
 
 DEPLOY_DIR = REPOSITORY_DIR / "deploy"
 COMPOSE_FILE = DEPLOY_DIR / "compose.yaml"
@@ -209,8 +204,7 @@ async def test_the_seed_curl_lines_through_nginx(stack: tuple[str, str, dict[str
         timeout=300,
     ).strip()
     async with httpx.AsyncClient(base_url=base, timeout=30) as admin_client:
-        # An httpx client like the in-process one the seeding helper is written for.
-        key = await seed_demo_rates(cast(Client, admin_client), token, free_port())
+        key = await seed_demo_rates(admin_client, token, free_port())
     async with curl_client(base) as http:
         # Several sessions: nginx spreads them over both replicas, and each answers any.
         for _ in range(4):
