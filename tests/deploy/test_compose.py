@@ -5,7 +5,8 @@ through nginx to the two gateway replicas.
 No JSON schema of the current compose specification ships in a package this project can
 install (the last docker-compose wheel on PyPI, 1.29.2, carries a 2021 schema without the
 top-level ``name``), so the file is validated by ``docker compose config`` itself where the
-runtime is present, and by the assertions below everywhere.
+runtime is present, and by the assertions below everywhere. nginx's configuration also runs
+for real, in front of a real gateway and control plane, in test_nginx_proxy.py.
 """
 
 from __future__ import annotations
