@@ -24,11 +24,10 @@ import httpx
 import pytest
 import yaml
 
-from tests.support.gateway import SEED_URL_PATH
 from tests.support.mcp import curl_client
 from tests.support.paths import REPOSITORY_DIR
 from tests.support.processes import free_port
-from tests.support.seed import SEED_INITIALIZE, SEED_TOOLS_LIST, seed_demo_rates
+from tests.support.seed import seed_demo_rates, seed_tool_names
 
 DEPLOY_DIR = REPOSITORY_DIR / "deploy"
 COMPOSE_FILE = DEPLOY_DIR / "compose.yaml"
@@ -209,29 +208,7 @@ async def test_the_seed_curl_lines_through_nginx(stack: tuple[str, str, dict[str
     async with curl_client(base) as http:
         # Several sessions: nginx spreads them over both replicas, and each answers any.
         for _ in range(4):
-            init = await http.post(
-                SEED_URL_PATH,
-                content=SEED_INITIALIZE,
-                headers=[
-                    ("Authorization", f"Bearer {key}"),
-                    ("Content-Type", "application/json"),
-                    ("Accept", "application/json, text/event-stream"),
-                ],
-            )
-            assert init.status_code == 200, init.text
-            listed = await http.post(
-                SEED_URL_PATH,
-                content=SEED_TOOLS_LIST,
-                headers=[
-                    ("Authorization", f"Bearer {key}"),
-                    ("Content-Type", "application/json"),
-                    ("Accept", "application/json"),
-                    ("MCP-Session-Id", init.headers["MCP-Session-Id"]),
-                ],
-            )
-            assert listed.status_code == 200, listed.text
-            tools = [t["name"] for t in listed.json()["result"]["tools"]]
-            assert tools == ["frankfurter_latest_rate"]
+            assert await seed_tool_names(http, key) == ["frankfurter_latest_rate"]
     # The console and the admin API answer under their paths too.
     async with httpx.AsyncClient(base_url=base, timeout=30) as http_plain:
         assert (await http_plain.get("/ui/sign-in")).status_code == 200

@@ -14,8 +14,8 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import kubernetes_validate.utils  # type: ignore[import-untyped]
 import pytest
 
+from tests.support.deploy import lint_chart, render_chart, rendered_objects
 from tests.support.gateway import run_control_plane, run_gateway
-from tests.support.helm import lint_chart, render_chart, rendered_objects
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},

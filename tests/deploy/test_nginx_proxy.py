@@ -11,7 +11,6 @@ tests/deploy/install.sh; the test skips where it could not be had.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import subprocess
 import time
@@ -21,38 +20,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.support.api import make_token
+from tests.support.deploy import require_nginx
 from tests.support.gateway import SEED_URL_PATH, run_control_plane, run_gateway
 from tests.support.mcp import curl_client, modern, request
-from tests.support.paths import REPOSITORY_DIR, TESTS_DIR
+from tests.support.paths import REPOSITORY_DIR
 from tests.support.processes import accepts_connections, free_port
-from tests.support.seed import SEED_INITIALIZE, SEED_TOOLS_LIST, seed_demo_rates
+from tests.support.seed import seed_demo_rates, seed_tool_names
 
 NGINX_CONF = REPOSITORY_DIR / "deploy" / "nginx.conf"
-NGINX = TESTS_DIR / "deploy" / ".nginx" / "usr" / "sbin" / "nginx"
 # The proxy's settings as compose runs them (deploy/compose.yaml).
 PREFIX = {"CRANK_PUBLIC_PATH_PREFIX": "/mcp"}
-
-
-@functools.cache
-def _install() -> None:
-    done = subprocess.run(
-        ["bash", str(TESTS_DIR / "deploy" / "install.sh")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, f"tests/deploy/install.sh failed:\n{done.stdout}{done.stderr}"
-
-
-def require_nginx() -> Path:
-    _install()
-    if not NGINX.exists():
-        pytest.skip("nginx could not be unpacked from Debian's package (tests/deploy/install.sh)")
-    return NGINX
 
 
 def loopback_conf(port: int, gateway_port: int, control_plane_port: int) -> str:
@@ -127,36 +106,9 @@ async def test_the_seed_through_nginx(database_url: str, tmp_path: Path) -> None
                 assert (await api.get("/ui/sign-in")).status_code == 200
 
             async with curl_client(base) as http:
-
-                async def tools() -> list[str]:
-                    init = await http.post(
-                        SEED_URL_PATH,
-                        content=SEED_INITIALIZE,
-                        headers=[
-                            ("Authorization", f"Bearer {key}"),
-                            ("Content-Type", "application/json"),
-                            ("Accept", "application/json, text/event-stream"),
-                        ],
-                    )
-                    if init.status_code == 401:  # the key is not in the snapshot yet
-                        return []
-                    assert init.status_code == 200, init.text
-                    listed = await http.post(
-                        SEED_URL_PATH,
-                        content=SEED_TOOLS_LIST,
-                        headers=[
-                            ("Authorization", f"Bearer {key}"),
-                            ("Content-Type", "application/json"),
-                            ("Accept", "application/json"),
-                            ("MCP-Session-Id", init.headers["MCP-Session-Id"]),
-                        ],
-                    )
-                    assert listed.status_code == 200, listed.text
-                    return [t["name"] for t in listed.json()["result"]["tools"]]
-
                 # The key reaches the gateway's snapshot within a few refreshes.
                 deadline = time.monotonic() + 30
-                while (found := await tools()) != ["frankfurter_latest_rate"]:
+                while (found := await seed_tool_names(http, key)) != ["frankfurter_latest_rate"]:
                     assert time.monotonic() < deadline, f"tools/list through nginx: {found}"
                     await asyncio.sleep(0.2)
 

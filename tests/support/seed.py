@@ -11,6 +11,7 @@ import httpx
 from control_plane.demo import load_demo_file
 from shared.engine.spec import spec_to_builtins
 from tests.support.api import auth, grant_egress
+from tests.support.gateway import SEED_URL_PATH
 from tests.support.tool_calls import BASE, ok, publish_operation
 
 # The seed's --data strings, byte for byte.
@@ -53,3 +54,27 @@ async def seed_demo_rates(client: httpx.AsyncClient, admin: str, upstream_port: 
         await client.post(f"{BASE}/keys", json={"agent": "currency-rates"}, headers=auth(admin))
     )
     return str(key.json()["key"])
+
+
+def seed_headers(key: str, session_id: str | None = None) -> list[tuple[str, str]]:
+    """The headers the seed's curl lines set: initialize accepts JSON or SSE, the later lines
+    JSON only, with the session id."""
+    sent = [("Authorization", f"Bearer {key}"), ("Content-Type", "application/json")]
+    if session_id is None:
+        return [*sent, ("Accept", "application/json, text/event-stream")]
+    return [*sent, ("Accept", "application/json"), ("MCP-Session-Id", session_id)]
+
+
+async def seed_tool_names(http: httpx.AsyncClient, key: str) -> list[str] | None:
+    """The seed's initialize and tools/list at ``http`` (a curl_client): the tool names, or
+    None while the gateway does not know the key yet."""
+    init = await http.post(SEED_URL_PATH, content=SEED_INITIALIZE, headers=seed_headers(key))
+    if init.status_code == 401:
+        return None
+    assert init.status_code == 200, init.text
+    session = init.headers["MCP-Session-Id"]
+    listed = await http.post(
+        SEED_URL_PATH, content=SEED_TOOLS_LIST, headers=seed_headers(key, session)
+    )
+    assert listed.status_code == 200, listed.text
+    return [tool["name"] for tool in listed.json()["result"]["tools"]]

@@ -27,7 +27,13 @@ from tests.support.api import Client
 from tests.support.gateway import SEED_URL_PATH, run_gateway, serve_upstream
 from tests.support.mcp import curl_client
 from tests.support.processes import free_port
-from tests.support.seed import SEED_INITIALIZE, SEED_TOOLS_CALL, SEED_TOOLS_LIST, seed_demo_rates
+from tests.support.seed import (
+    SEED_INITIALIZE,
+    SEED_TOOLS_CALL,
+    SEED_TOOLS_LIST,
+    seed_demo_rates,
+    seed_headers,
+)
 
 # What api.frankfurter.dev answers for /v1/latest?base=USD&symbols=EUR (its documented shape).
 FRANKFURTER_ANSWER = {"amount": 1.0, "base": "USD", "date": "2026-11-27", "rates": {"EUR": 0.9464}}
@@ -70,24 +76,11 @@ async def test_the_seed_curl_lines_replayed_byte_for_byte_call_the_upstream(
         curl_client(gateway.url) as http,
     ):
         # curl -i ... -H 'Accept: application/json, text/event-stream' --data '<initialize>'
-        init = await http.post(
-            SEED_URL_PATH,
-            content=SEED_INITIALIZE,
-            headers=[
-                ("Authorization", f"Bearer {key}"),
-                ("Content-Type", "application/json"),
-                ("Accept", "application/json, text/event-stream"),
-            ],
-        )
+        init = await http.post(SEED_URL_PATH, content=SEED_INITIALIZE, headers=seed_headers(key))
         assert init.status_code == 200, init.text
         assert init.json()["result"]["protocolVersion"] == "2025-06-18"
         session_id = init.headers["MCP-Session-Id"]
-        in_session = [
-            ("Authorization", f"Bearer {key}"),
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json"),
-            ("MCP-Session-Id", session_id),
-        ]
+        in_session = seed_headers(key, session_id)
 
         listed = await http.post(SEED_URL_PATH, content=SEED_TOOLS_LIST, headers=in_session)
         assert listed.status_code == 200, listed.text

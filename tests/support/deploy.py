@@ -1,9 +1,10 @@
-"""Renders deploy/helm/crank offline with Helm's own template engine.
+"""The tools of tests/deploy, which tests/deploy/install.sh puts there (CI runs it from
+.ci/run; a developer's first use here runs it too):
 
-The engine is Helm's Go SDK as a shared library (the helm-python-sdk package), which
-tests/deploy/install.sh installs from tests/deploy/renderer.lock into tests/deploy/.renderer;
-CI runs it from .ci/run, and a developer's first render here runs it too. No cluster is
-contacted and no helm binary is needed.
+- Helm's own template engine, to render deploy/helm/crank offline: Helm's Go SDK as a shared
+  library (the helm-python-sdk package, pinned in tests/deploy/renderer.lock), in
+  tests/deploy/.renderer. No cluster is contacted and no helm binary is needed.
+- Debian's nginx, unpacked into tests/deploy/.nginx, to run deploy/nginx.conf.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import functools
 import importlib
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.support.paths import REPOSITORY_DIR, TESTS_DIR
@@ -21,11 +24,11 @@ from tests.support.paths import REPOSITORY_DIR, TESTS_DIR
 CHART_DIR = REPOSITORY_DIR / "deploy" / "helm" / "crank"
 _DEPLOY_TESTS = TESTS_DIR / "deploy"
 _RENDERER = _DEPLOY_TESTS / ".renderer"
+NGINX = _DEPLOY_TESTS / ".nginx" / "usr" / "sbin" / "nginx"
 
 
 @functools.cache
-def _helm() -> Any:
-    """The helm_python module, installed on first use."""
+def install_deploy_tools() -> None:
     done = subprocess.run(
         ["bash", str(_DEPLOY_TESTS / "install.sh")],
         capture_output=True,
@@ -34,6 +37,20 @@ def _helm() -> Any:
         check=False,
     )
     assert done.returncode == 0, f"tests/deploy/install.sh failed:\n{done.stdout}{done.stderr}"
+
+
+def require_nginx() -> Path:
+    """Debian's nginx binary; skips the caller where it could not be had."""
+    install_deploy_tools()
+    if not NGINX.exists():
+        pytest.skip("nginx could not be unpacked from Debian's package (tests/deploy/install.sh)")
+    return NGINX
+
+
+@functools.cache
+def _helm() -> Any:
+    """The helm_python module."""
+    install_deploy_tools()
     if str(_RENDERER) not in sys.path:
         sys.path.append(str(_RENDERER))
     return importlib.import_module("helm_python")
