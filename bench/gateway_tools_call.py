@@ -252,7 +252,8 @@ def write_lua(directory: Path, name: str, method: str, body: str, headers: dict[
     return path
 
 
-def run_wrk(cpu: int, url: str, script: Path, connections: int, seconds: float) -> WrkResult:
+def run_wrk(cpu: int | str, url: str, script: Path, connections: int, seconds: float) -> WrkResult:
+    """wrk pinned with ``taskset -c cpu`` (a CPU, or a list such as \"0,1\")."""
     argv = [
         "taskset",
         "-c",
