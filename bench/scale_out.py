@@ -46,6 +46,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -77,6 +79,7 @@ class Row:
     wrk: WrkResult
     cpu: dict[str, float]  # % of one CPU by group, and "other"
     db_per_s: float
+    db_connections: int  # the bench database's backends at the end of the run
 
 
 def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -151,7 +154,7 @@ def measure(
     result = run_wrk_unpinned(url, script, args.connections, args.seconds)
     cpu = meter.split(started)
     db_per_s = (db_transactions(*database) - xacts) / result.seconds
-    row = Row(label, result, cpu, db_per_s)
+    row = Row(label, result, cpu, db_per_s, db_connections(*database))
     print_row(row)
     return row
 
@@ -161,8 +164,37 @@ def run_wrk_unpinned(url: str, script: Path, connections: int, seconds: float) -
     return run_wrk(every_cpu, url, script, connections, seconds)
 
 
-HEAD = f"{'':26}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'err':>5}{'db xact/s':>10}" + "".join(
-    f"{name + '%':>10}" for name in (*GROUPS, "other")
+def db_connections(server: str, name: str) -> int:
+    with psycopg.connect(server, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (name,)
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def worker_rss_mb(group: int) -> float:
+    """The largest resident set of the processes in ``group`` (granian's worker)."""
+    largest = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                if int(stat.read().rpartition(")")[2].split()[2]) != group:
+                    continue
+            with open(f"/proc/{entry}/status") as status:
+                for line in status:
+                    if line.startswith("VmRSS:"):
+                        largest = max(largest, int(line.split()[1]))
+        except OSError:
+            continue
+    return largest / 1024
+
+
+HEAD = (
+    f"{'':26}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'err':>5}{'db xact/s':>10}{'db conns':>9}"
+    + "".join(f"{name + '%':>10}" for name in (*GROUPS, "other"))
 )
 
 
@@ -171,7 +203,8 @@ def print_row(row: Row) -> None:
     errors = w.socket_errors + w.non_2xx
     print(
         f"{row.label:26}{w.rps:>8.0f}{w.p50_ms:>8.2f}{w.p99_ms:>8.2f}{errors:>5}"
-        f"{row.db_per_s:>10.1f}" + "".join(f"{row.cpu[n]:>10.0f}" for n in (*GROUPS, "other")),
+        f"{row.db_per_s:>10.1f}{row.db_connections:>9}"
+        + "".join(f"{row.cpu[n]:>10.0f}" for n in (*GROUPS, "other")),
         flush=True,
     )
 
@@ -275,13 +308,15 @@ async def main(args: argparse.Namespace) -> int:
         for n in counts:
             ports = [port for _, port in gateways[:n]]
             rows.append(await behind_proxy(f"{n} behind the proxy", ports, PATH, script))
+        rss = ", ".join(f"{worker_rss_mb(process.pid):.0f}" for process, _ in gateways)
+        print(f"\ngateway worker RSS after the runs (MB): {rss}")
         behind = [row for row in rows if row.label.endswith("behind the proxy")]
         if len(behind) > 1:
             base = behind[0].wrk.rps
             growth = ", ".join(
                 f"{row.label.split()[0]}: {row.wrk.rps / base:.2f}" for row in behind
             )
-            print(f"\nthroughput over 1 behind the proxy: {growth}")
+            print(f"throughput over 1 behind the proxy: {growth}")
         return 0
     finally:
         for process in reversed(processes):
