@@ -46,8 +46,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import psycopg
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -56,11 +54,15 @@ from bench.gateway_tools_call import (  # noqa: E402
     WARMUP_S,
     WrkResult,
     call_body,
+    cpu_ticks_by_group,
+    db_connections,
     db_transactions,
     era_headers,
     free_port,
+    process_stats,
     run_wrk,
     seed,
+    serve,
     stop,
     tail,
     verify,
@@ -82,21 +84,6 @@ class Row:
     db_connections: int  # the bench database's backends at the end of the run
 
 
-def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """A process in its own session (its group is signalled on cleanup), unpinned."""
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            argv, env=env, cwd=ROOT, stdout=out, stderr=out, start_new_session=True
-        )
-
-
-def granian(target: str, port: int, *, factory: bool) -> list[str]:
-    argv = [sys.executable, "-m", "granian", "--interface", "asgi", "--no-ws", "--workers", "1"]
-    argv += ["--host", "127.0.0.1", "--port", str(port), "--loop", "asyncio"]
-    argv += ["--log-level", "warning", "--no-access-log"]
-    return [*argv, "--factory", target] if factory else [*argv, target]
-
-
 class CpuSplit:
     """CPU seconds by process group (/proc/<pid>/stat), wrk's (a waited child) and the
     machine's total (/proc/stat), between ``start`` and ``split``."""
@@ -106,17 +93,7 @@ class CpuSplit:
         self._tick = os.sysconf("SC_CLK_TCK")
 
     def _sample(self) -> dict[str, float]:
-        by_pgrp: dict[int, float] = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    fields = stat.read().rpartition(")")[2].split()
-            except OSError:
-                continue
-            pgrp = int(fields[2])
-            by_pgrp[pgrp] = by_pgrp.get(pgrp, 0.0) + (int(fields[11]) + int(fields[12]))
+        by_pgrp = cpu_ticks_by_group()
         sample = {
             name: sum(by_pgrp.get(g, 0.0) for g in groups) / self._tick
             for name, groups in self._groups.items()
@@ -164,31 +141,19 @@ def run_wrk_unpinned(url: str, script: Path, connections: int, seconds: float) -
     return run_wrk(every_cpu, url, script, connections, seconds)
 
 
-def db_connections(server: str, name: str) -> int:
-    with psycopg.connect(server, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (name,)
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 def worker_rss_mb(group: int) -> float:
     """The largest resident set of the processes in ``group`` (granian's worker)."""
     largest = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+    for pid, pgrp, _ in process_stats():
+        if pgrp != group:
             continue
         try:
-            with open(f"/proc/{entry}/stat") as stat:
-                if int(stat.read().rpartition(")")[2].split()[2]) != group:
-                    continue
-            with open(f"/proc/{entry}/status") as status:
-                for line in status:
-                    if line.startswith("VmRSS:"):
-                        largest = max(largest, int(line.split()[1]))
-        except OSError:
+            with open(f"/proc/{pid}/status") as status:
+                rss = [line for line in status if line.startswith("VmRSS:")]
+        except OSError:  # the process has gone
             continue
+        if rss:
+            largest = max(largest, int(rss[0].split()[1]))
     return largest / 1024
 
 
@@ -227,10 +192,13 @@ async def main(args: argparse.Namespace) -> int:
         key = await seed(url, upstream_port)
         env = {k: v for k, v in os.environ.items() if not k.startswith("CRANK_")}
         env |= {"PYTHONPATH": str(ROOT)}
-        upstream = spawn(
-            granian("bench.rates_upstream:app", upstream_port, factory=False),
+        upstream = serve(
+            None,
+            "bench.rates_upstream:app",
+            upstream_port,
             env,
-            workdir / "upstream.log",
+            factory=False,
+            log=workdir / "upstream.log",
         )
         processes.append(upstream)
         await wait_up(
@@ -248,8 +216,8 @@ async def main(args: argparse.Namespace) -> int:
                 "CRANK_LOG_LEVEL": args.log_level,
             }
             log = workdir / f"gateway-{index}.log"
-            process = spawn(
-                granian("mcp_gateway.app:create_app", port, factory=True), env | gateway_env, log
+            process = serve(
+                None, "mcp_gateway.app:create_app", port, gateway_env, factory=True, log=log
             )
             processes.append(process)
             gateways.append((process, port))
@@ -285,10 +253,8 @@ async def main(args: argparse.Namespace) -> int:
 
         async def behind_proxy(label: str, backends: list[int], path: str, lua: Path) -> Row:
             proxy_port = free_port()
-            argv = [sys.executable, str(ROOT / "bench" / "round_robin_proxy.py")]
-            argv += ["--port", str(proxy_port), *[f"127.0.0.1:{p}" for p in backends]]
             log = workdir / f"proxy-{label}.log"
-            proxy = spawn(argv, env, log)
+            proxy = start_proxy(proxy_port, backends, env, log)
             groups["proxy"] = [proxy.pid]
             try:
                 await wait_listening(proxy_port, proxy, log)
@@ -323,6 +289,18 @@ async def main(args: argparse.Namespace) -> int:
             stop(process)
         shutil.rmtree(workdir, ignore_errors=True)
         drop_database(server, name)
+
+
+def start_proxy(
+    port: int, backends: list[int], env: dict[str, str], log: Path
+) -> subprocess.Popen[bytes]:
+    """bench/round_robin_proxy.py on ``port`` in front of the loopback ``backends``."""
+    argv = [sys.executable, str(ROOT / "bench" / "round_robin_proxy.py"), "--port", str(port)]
+    argv += [f"127.0.0.1:{backend}" for backend in backends]
+    with log.open("wb") as out:  # its own group, like the servers: signalled by stop()
+        return subprocess.Popen(
+            argv, env=env, cwd=ROOT, stdout=out, stderr=out, start_new_session=True
+        )
 
 
 async def wait_listening(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
