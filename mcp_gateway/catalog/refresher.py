@@ -59,9 +59,9 @@ _LOAD_TIMEOUT_S = 30.0
 # While the database is unreachable, polls are retried at least this often.
 _RETRY_MIN_S, _RETRY_MAX_S = 0.25, 2.0
 _LISTEN_CHECK_S = 30.0
+_LISTEN_BACKOFF_MAX_S = 5.0
 # A replica behind the primary this many loads in a row: the next load reads the primary.
 _REPLICA_PATIENCE = 3
-_LISTEN_BACKOFF_MAX_S = 5.0
 _LISTEN_FAILURES = BACKGROUND_FAILURES.labels("snapshot_listen")
 
 # Errors that mean "the database cannot be reached or did not answer in time".
