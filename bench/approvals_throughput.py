@@ -65,6 +65,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.gateway_tools_call import (  # noqa: E402
+    cpu_ticks_by_group,
     db_transactions,
     free_port,
     run_wrk,
@@ -237,19 +238,7 @@ async def wait_finished(url: str, timeout_s: float) -> None:
 
 def group_cpu_s(pgid: int) -> float:
     """User + system CPU seconds of every live process in the group (a gateway and its worker)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    ticks = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid:
-            ticks += int(fields[11]) + int(fields[12])
-    return ticks / tick
+    return cpu_ticks_by_group().get(pgid, 0) / os.sysconf("SC_CLK_TCK")
 
 
 async def upstream_counts(port: int) -> dict[str, int]:
