@@ -20,7 +20,9 @@ from tests.support.approvals import (
     expire_lease,
     fetch,
     insert_approved,
+    owner_pid,
     publish_shop,
+    runs_in,
     status_is,
 )
 from tests.support.gateway import Gateway, run_gateway, wait_until
@@ -28,20 +30,6 @@ from tests.support.gateway import Gateway, run_gateway, wait_until
 
 def gateway_env(shop: Shop, **extra: str) -> dict[str, str]:
     return {"CRANK_UPSTREAM_ALLOWLIST": f"127.0.0.1:{shop.port}", **extra}
-
-
-async def owner_pid(database_url: str, approval_id: str) -> int:
-    """The pid in the lease owner (``host-pid-random``, mcp_gateway.upkeep.replicas)."""
-    owner = (await fetch(database_url, approval_id))["lease_owner"]
-    return int(owner.rsplit("-", 2)[1])
-
-
-def runs_in(gateway: Gateway, pid: int) -> bool:
-    """``pid`` is the gateway's process or one of its granian workers."""
-    if pid == gateway.process.pid:
-        return True
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat.rsplit(")", 1)[1].split()[1]) == gateway.process.pid
 
 
 async def exited(gateway: Gateway, timeout_s: float) -> int:

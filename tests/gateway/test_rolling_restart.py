@@ -1,0 +1,420 @@
+"""A rolling restart under load (docs/architecture.md, "Shutdown"): two real
+gateway replicas on one database, a load generator sending tools/call to both
+(plain calls, idempotent retries, approval-gated calls answered at once),
+clients holding open SSE waits for their approval (``progressToken``) on both,
+and an approver approving calls whose upstream holds the first request, so a
+replica's worker holds an executing lease when it is told to stop.
+
+Replica X (the one whose worker holds the first slow call) gets SIGTERM, as a
+container runtime sends it (to granian's main process only), exits, and is
+started again; then replica Y likewise, while the load goes on against the
+live one. "Accepted" is a request whose HTTP response started (status line and
+headers received): one refused or reset before that never reached the
+gateway's pipeline as far as the client can tell, so the load client sends it
+to the next replica, as a load balancer does. Asserted:
+
+- every accepted request got its whole answer, HTTP 200 with a JSON-RPC
+  result: no reset mid-answer, no 5xx;
+- every SSE wait open on a stopping replica ends with the seed's
+  ``approval_required`` answer for its approval, as the last event of a
+  complete stream, and its approval stays pending;
+- the approval a stopping worker held is handed back at once (never left
+  ``executing`` by the exited process to wait out its lease), the other
+  replica runs it (attempt 2, the same idempotency key) and the upstream
+  answers it exactly once;
+- each replica exits with code 0, within the bound docs/deploy.md gives for
+  ``terminationGracePeriodSeconds``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import re
+import signal
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.support.api import Client
+from tests.support.approval_outcomes import (
+    DIRECT,
+    GATED,
+    LINES,
+    MCP,
+    Shopfront,
+    arguments,
+    decide,
+    gateway_env,
+    set_up_shopfront,
+)
+from tests.support.approvals import Shop, fetch, owner_pid, runs_in, serve_shop
+from tests.support.gateway import Gateway, run_gateway, wait_until
+from tests.support.mcp import META, modern
+from tests.support.tool_calls import rpc
+
+GRACE_S = 2  # CRANK_APPROVAL_SHUTDOWN_GRACE_S: shorter than the held upstream call
+CALL_S = 20  # the operations' longest call: timeout_ms, no retries (order_spec)
+# docs/deploy.md: terminationGracePeriodSeconds of at least the longest call, the
+# grace, and 15 s.
+EXIT_BOUND_S = CALL_S + GRACE_S + 15
+IN_FLIGHT_S = 3.0  # how late the upstream answers the call in flight at SIGTERM
+LOAD_WORKERS = 3
+APPROVAL_ID = re.compile(r"approval_[0-9a-f]{32}")
+
+
+@dataclass
+class Slot:
+    """One replica of the pair; ``gateway`` is None while it is down."""
+
+    name: str
+    gateway: Gateway | None = None
+    served: int = 0  # accepted requests this slot answered
+
+
+@dataclass
+class Load:
+    """The load generator's record."""
+
+    accepted: Counter[str] = field(default_factory=Counter)  # by kind
+    not_accepted: int = 0  # refused or reset before the response started: sent elsewhere
+    broken: list[str] = field(default_factory=list)  # accepted, then not answered whole
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def _call_body(kind: str, n: int) -> dict[str, Any]:
+    if kind == "plain":
+        params = {"name": DIRECT, "arguments": arguments(f"plain-{n}")}
+    elif kind == "idempotent":  # one key and one set of arguments, sent again and again
+        params = {"name": DIRECT, "arguments": arguments("same-key")}
+    else:  # approval-gated, no progress token: approval_required at once
+        params = {"name": GATED, "arguments": arguments(f"gated-{n}")}
+    return rpc("tools/call", {**params, "_meta": META}, id_=n)
+
+
+def _answered_whole(kind: str, status: int, body: bytes) -> str | None:
+    """What is wrong with an accepted answer, or None."""
+    if status != 200:
+        return f"{kind}: HTTP {status} {body[:200]!r}"
+    try:
+        result = json.loads(body)["result"]
+    except (ValueError, KeyError):
+        return f"{kind}: not a JSON-RPC result {body[:200]!r}"
+    structured = result.get("structuredContent") or {}
+    if kind == "gated":
+        ok = structured.get("status") == "approval_required"
+    elif kind == "idempotent":  # a retry racing the first call may hear it is still running
+        ok = not result["isError"] or structured.get("error_code") == "idempotency_in_progress"
+    else:
+        ok = not result["isError"]
+    return None if ok else f"{kind}: {result}"
+
+
+class CutMidAnswer(Exception):
+    """An accepted request whose answer did not arrive whole."""
+
+
+async def _post(
+    http: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str]
+) -> tuple[int, bytes] | None:
+    """(status, body) of an accepted request; None when it was refused or reset before
+    its response started."""
+    try:
+        async with http.stream("POST", url, json=body, headers=headers) as answer:
+            try:
+                return answer.status_code, await answer.aread()
+            except httpx.HTTPError as exc:
+                raise CutMidAnswer(repr(exc)) from exc
+    except httpx.TransportError:
+        return None
+
+
+async def _send_one(
+    http: httpx.AsyncClient, slots: list[Slot], kind: str, n: int, load: Load
+) -> None:
+    """Send one call, to the next live replica that accepts it."""
+    body = _call_body(kind, n)
+    key = http.headers["Authorization"].removeprefix("Bearer ")
+    headers = modern(key, "tools/call", **{"Mcp-Name": body["params"]["name"]})
+    for attempt in itertools.count():
+        slot = slots[(n + attempt) % len(slots)]
+        if slot.gateway is None:  # down: the load balancer has taken it out
+            await asyncio.sleep(0.05)
+            continue
+        try:
+            answered = await _post(http, slot.gateway.url + MCP, body, headers)
+        except CutMidAnswer as exc:
+            load.broken.append(f"{kind} on {slot.name}: cut mid-answer ({exc})")
+            return
+        if answered is None:
+            load.not_accepted += 1
+            await asyncio.sleep(0.02)
+            continue
+        slot.served += 1
+        load.accepted[kind] += 1
+        if (wrong := _answered_whole(kind, *answered)) is not None:
+            load.broken.append(f"on {slot.name}: {wrong}")
+        return
+
+
+async def _generate(key: str, slots: list[Slot], load: Load, worker: int) -> None:
+    kinds = ("plain", "idempotent", "gated")
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60) as http:
+        for n in itertools.count(worker, LOAD_WORKERS):
+            if load.stop.is_set():
+                return
+            await _send_one(http, slots, kinds[n % len(kinds)], n, load)
+
+
+@dataclass
+class Wait:
+    """One tools/call waiting on an open SSE answer for its approval."""
+
+    slot: str
+    case: str
+    approval_id: str
+    events: list[dict[str, Any]]
+    reader: asyncio.Task[None]
+
+
+async def open_wait(http: httpx.AsyncClient, key: str, slot: Slot, case: str) -> Wait:
+    """A gated tools/call with a progress token on ``slot``; returns once its first
+    progress notification (which names the approval) arrived."""
+    assert slot.gateway is not None
+    url = slot.gateway.url + MCP
+    body = rpc(
+        "tools/call",
+        {"name": GATED, "arguments": arguments(case), "_meta": {**META, "progressToken": case}},
+    )
+    headers = modern(key, "tools/call", **{"Mcp-Name": GATED})
+    events: list[dict[str, Any]] = []
+    first = asyncio.Event()
+
+    async def read() -> None:
+        async with http.stream("POST", url, json=body, headers=headers) as answer:
+            assert answer.headers["content-type"] == "text/event-stream"
+            async for line in answer.aiter_lines():  # a cut stream raises here
+                if line.startswith("data: "):
+                    events.append(json.loads(line.removeprefix("data: ")))
+                    first.set()
+
+    reader = asyncio.create_task(read())
+    await asyncio.wait_for(first.wait(), 20)
+    progress = events[0]
+    assert progress["method"] == "notifications/progress"
+    found = APPROVAL_ID.search(progress["params"]["message"])
+    assert found, progress
+    return Wait(slot.name, case, found[0], events, reader)
+
+
+async def ended_with_seed_answer(wait: Wait) -> None:
+    """The wait's stream ended whole, its last event the seed's approval_required."""
+    await asyncio.wait_for(wait.reader, 20)
+    final = wait.events[-1]
+    assert final["result"]["structuredContent"]["status"] == "approval_required", final
+    assert final["result"]["structuredContent"]["approval_id"] == wait.approval_id
+    assert all(e["method"] == "notifications/progress" for e in wait.events[:-1])
+
+
+@asynccontextmanager
+async def started(
+    slot: Slot, database_url: str, tmp_path: Path, env: dict[str, str]
+) -> AsyncIterator[Gateway]:
+    async with run_gateway(database_url, tmp_path, extra_env=env) as gateway:
+        slot.gateway = gateway
+        try:
+            yield gateway
+        finally:
+            slot.gateway = None
+
+
+async def stop(slot: Slot) -> tuple[int, float]:
+    """SIGTERM to granian's main process, as a container runtime sends it; the exit
+    code and the seconds it took."""
+    gateway = slot.gateway
+    assert gateway is not None
+    began = time.monotonic()
+    os.kill(gateway.process.pid, signal.SIGTERM)
+    code = await asyncio.to_thread(gateway.process.wait, EXIT_BOUND_S)
+    slot.gateway = None
+    return code, time.monotonic() - began
+
+
+async def in_flight(shop: Shop, key: str, slot: Slot, case: str) -> asyncio.Task[httpx.Response]:
+    """A direct call on ``slot`` that the upstream answers ``IN_FLIGHT_S`` late; returns
+    once the upstream has it, so it is in flight."""
+    assert slot.gateway is not None
+    url = slot.gateway.url + MCP
+    body = rpc("tools/call", {"name": DIRECT, "arguments": arguments(case), "_meta": META})
+    shop.delay_s[str(arguments(case)["request_id"])] = IN_FLIGHT_S
+
+    async def call() -> httpx.Response:
+        async with httpx.AsyncClient(timeout=60) as http:
+            return await http.post(
+                url, json=body, headers=modern(key, "tools/call", **{"Mcp-Name": DIRECT})
+            )
+
+    sent = asyncio.create_task(call())
+
+    async def arrived() -> bool:
+        return any(seen.body["item"] == f"sku-{case}" for seen in shop.seen)
+
+    await wait_until(arrived, timeout_s=20)
+    return sent
+
+
+async def answered_in_full(sent: asyncio.Task[httpx.Response]) -> None:
+    answer = await asyncio.wait_for(sent, 30)
+    assert answer.status_code == 200, answer.text
+    result = answer.json()["result"]
+    assert result["isError"] is False, result
+    assert result["structuredContent"] == LINES["lines"][:1]
+
+
+async def held_by(shop: Shop, key: str, database_url: str, approval_id: str) -> int:
+    """Once the upstream holds the approval's first request: the pid running it."""
+
+    async def arrived() -> bool:
+        return any(seen.key == key for seen in shop.seen)
+
+    await wait_until(arrived, timeout_s=20)
+    row = await fetch(database_url, approval_id)
+    assert (row["status"], row["attempt"]) == ("executing", 1)
+    return await owner_pid(database_url, approval_id)
+
+
+async def approve_slow(shop: Shop, front: Shopfront, wait: Wait, on: Slot) -> str:
+    """Approve ``wait``'s call on replica ``on``; the upstream holds its first request.
+    Its idempotency key."""
+    assert on.gateway is not None
+    key = str(arguments(wait.case)["request_id"])
+    shop.hold_first.add(key)
+    async with httpx.AsyncClient(base_url=on.gateway.url, timeout=20) as http:
+        await decide(http, front.approval_key, wait.approval_id, "approve")
+    return key
+
+
+async def handed_back_and_completed_once(
+    database_url: str, shop: Shop, key: str, approval_id: str, stopped: Gateway, runner: Slot
+) -> None:
+    # The exited process left no lease behind: the row went back to approved at once.
+    row = await fetch(database_url, approval_id)
+    assert not (row["status"] == "executing" and row["attempt"] == 1), row
+
+    async def completed() -> bool:
+        return bool((await fetch(database_url, approval_id))["status"] == "completed")
+
+    await wait_until(completed, timeout_s=20)
+    row = await fetch(database_url, approval_id)
+    assert row["attempt"] == 2  # the handed-back attempt counted
+    assert runner.gateway is not None
+    assert runs_in(runner.gateway, await owner_pid(database_url, approval_id))
+    assert [seen.key for seen in shop.seen].count(key) == 2  # sent again, with the same key
+    assert shop.answered[key] == 1  # and answered once
+    assert '"approval_released"' in stopped.log()
+    assert "Traceback" not in stopped.log()
+
+
+async def test_a_rolling_restart_under_load_loses_no_accepted_request_and_hands_back_leases(
+    client: Client, admin_token: str, database_url: str, tmp_path: Path
+) -> None:
+    async with serve_shop() as shop, AsyncExitStack() as stack:
+        front = await set_up_shopfront(client, admin_token, shop, timeout_ms=CALL_S * 1000)
+        env = gateway_env(
+            shop, CRANK_APPROVAL_SHUTDOWN_GRACE_S=str(GRACE_S), CRANK_APPROVAL_WAIT_S="300"
+        )
+        slots = [Slot("A"), Slot("B")]
+        for slot in slots:
+            await stack.enter_async_context(started(slot, database_url, tmp_path, env))
+        http = await stack.enter_async_context(httpx.AsyncClient(timeout=60))
+        load = Load()
+        generators = [
+            asyncio.create_task(_generate(front.agent_key, slots, load, worker))
+            for worker in range(LOAD_WORKERS)
+        ]
+        exits: list[tuple[str, int, float]] = []
+        try:
+            await wait_until(lambda: _served_each(slots), timeout_s=30)
+            # Waits on both replicas; the first one's approval runs slowly.
+            waits = [
+                await open_wait(http, front.agent_key, slot, f"wait-{slot.name}-1")
+                for slot in slots
+            ]
+            slow_key = await approve_slow(shop, front, waits[0], slots[0])
+            pid = await held_by(shop, slow_key, database_url, waits[0].approval_id)
+            assert slots[0].gateway is not None
+            x, y = slots if runs_in(slots[0].gateway, pid) else slots[::-1]
+            stopped_x = x.gateway
+            assert stopped_x is not None
+
+            probe = await in_flight(shop, front.agent_key, x, "in-flight-x")
+            code, took = await stop(x)
+            exits.append((x.name, code, took))
+            await answered_in_full(probe)
+            for wait in waits:  # the slow call's wait too, if it was on X
+                if wait.slot == x.name:
+                    await ended_with_seed_answer(wait)
+            await handed_back_and_completed_once(
+                database_url, shop, slow_key, waits[0].approval_id, stopped_x, y
+            )
+            if waits[0].slot == y.name:  # waited on Y, where it ran: the outcome came
+                await asyncio.wait_for(waits[0].reader, 20)
+                meta = waits[0].events[-1]["result"]["_meta"]
+                assert meta["crank/approval_status"] == "completed", waits[0].events[-1]
+            # X is down: Y's worker alone can take the next slow call.
+            second = await open_wait(http, front.agent_key, y, f"wait-{y.name}-2")
+            slow_key_2 = await approve_slow(shop, front, second, y)
+            pid = await held_by(shop, slow_key_2, database_url, second.approval_id)
+            assert y.gateway is not None
+            assert runs_in(y.gateway, pid)
+
+            await stack.enter_async_context(started(x, database_url, tmp_path, env))
+            x_served = x.served
+            await wait_until(_served_since(x, x_served), timeout_s=30)
+            stopped_y = y.gateway
+            pending_on_y = [w for w in waits if w.slot == y.name and w is not waits[0]]
+            probe = await in_flight(shop, front.agent_key, y, "in-flight-y")
+            code, took = await stop(y)
+            exits.append((y.name, code, took))
+            await answered_in_full(probe)
+            await ended_with_seed_answer(second)
+            for wait in pending_on_y:
+                await ended_with_seed_answer(wait)
+            await handed_back_and_completed_once(
+                database_url, shop, slow_key_2, second.approval_id, stopped_y, x
+            )
+            await stack.enter_async_context(started(y, database_url, tmp_path, env))
+            y_served = y.served
+            await wait_until(_served_since(y, y_served), timeout_s=30)
+        finally:
+            load.stop.set()
+            await asyncio.gather(*generators)
+
+    assert load.broken == []
+    assert [code for _, code, _ in exits] == [0, 0], exits
+    assert all(took < EXIT_BOUND_S for _, _, took in exits), exits
+    assert set(load.accepted) == {"plain", "idempotent", "gated"}
+    # The waits that stayed open kept their approvals pending.
+    for wait in waits[1:]:
+        assert (await fetch(database_url, wait.approval_id))["status"] == "pending"
+
+
+async def _served_each(slots: list[Slot]) -> bool:
+    return all(slot.served > 0 for slot in slots)
+
+
+def _served_since(slot: Slot, before: int) -> Callable[[], Awaitable[bool]]:
+    """A predicate: ``slot`` answered more than ``before`` accepted requests."""
+
+    async def more() -> bool:
+        return slot.served > before
+
+    return more
