@@ -15,13 +15,13 @@ database is unreachable or the snapshot is older than three refresh
 intervals; a degraded gateway keeps serving its last snapshot
 (mcp_gateway.catalog.refresher).
 
-Shutdown: granian waits for open answers before it runs the lifespan
-shutdown, and SSE streams never end by themselves, so the first SIGTERM or
-SIGINT ends every stream at once (``StreamHub.shut_down``), ends every
-tools/call waiting for its approval with the seed's ``approval_required``
-answer (``ApprovalWaiters.shut_down``) and stops the
-approval worker from claiming; granian's own handling of the signal runs as
-before. The lifespan shutdown then gives running approved calls
+Shutdown (docs/architecture.md, "Shutdown"): granian waits for open answers
+before it runs the lifespan shutdown, and SSE streams never end by themselves,
+so the first SIGTERM or SIGINT ends every stream at once
+(``StreamHub.shut_down``), ends every tools/call waiting for its approval with
+the seed's ``approval_required`` answer (``ApprovalWaiters.shut_down``) and
+stops the approval worker from claiming; granian's own handling of the signal
+runs as before. The lifespan shutdown then gives running approved calls
 ``CRANK_APPROVAL_SHUTDOWN_GRACE_S`` to finish and hands the rest back
 (mcp_gateway.approvals.worker).
 """
