@@ -19,6 +19,9 @@ lines, so the capture is known to work.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -70,20 +73,40 @@ class Needles:
         return self.add(f"argument {self._arguments}", ARGUMENT.format(self._arguments))
 
 
+@asynccontextmanager
+async def serve_no_http() -> AsyncIterator[int]:
+    """An upstream on loopback that answers no HTTP (an unusable answer, whose reason the
+    gateway logs); yields its port."""
+
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"SSH-2.0-not-http\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(garbage, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
 async def set_up(
-    http: httpx.AsyncClient, admin: str, port: int, needles: Needles
+    http: httpx.AsyncClient, admin: str, port: int, no_http_port: int, needles: Needles
 ) -> dict[str, str]:
     """Workspace default as the admin token sets it up over HTTP; the keys by name."""
     h = auth(admin)
     await ok(await http.post("/api/v1/workspaces", json={"slug": "default"}, headers=h))
     await ok(await http.put(f"{BASE}/secrets/SHOP_TOKEN", json={"value": SECRET}, headers=h))
-    await grant_egress(http, admin, "default", f"127.0.0.1:{port}")
+    await grant_egress(http, admin, "default", f"127.0.0.1:{port}", f"127.0.0.1:{no_http_port}")
     bearer = {"type": "bearer", "secret": "SHOP_TOKEN"}
     up = f"http://127.0.0.1:{port}"
     approved = {"approval": True}
     specs = [
         *order_operations(port),
         order_operation("hold_order", "POST", f"{up}/orders/{{order_id}}/archive", safety=approved),
+        order_operation("read_no_http", "GET", f"http://127.0.0.1:{no_http_port}/o/{{order_id}}"),
     ]
     for spec in specs:
         spec["request"] = spec["request"] | {"auth": bearer}
@@ -171,13 +194,18 @@ async def test_no_log_line_holds_a_key_token_secret_state_or_argument_value(
     needles = Needles()
     needles.add("admin token", admin_token)
     upstream = OrdersUpstream()
-    async with serve_upstream(upstream.app(), upstream.port) as port, serve_receiver() as receiver:
-        allow = {"CRANK_UPSTREAM_ALLOWLIST": f"127.0.0.1:{port},127.0.0.1:{receiver.port}"}
+    async with (
+        serve_upstream(upstream.app(), upstream.port) as port,
+        serve_no_http() as no_http_port,
+        serve_receiver() as receiver,
+    ):
+        upstreams = (port, no_http_port, receiver.port)
+        allow = {"CRANK_UPSTREAM_ALLOWLIST": ",".join(f"127.0.0.1:{p}" for p in upstreams)}
         async with (
             run_control_plane(database_url, tmp_path, extra_env=allow | DEBUG) as control_plane,
             httpx.AsyncClient(base_url=control_plane.url, timeout=20) as admin_http,
         ):
-            keys = await set_up(admin_http, admin_token, port, needles)
+            keys = await set_up(admin_http, admin_token, port, no_http_port, needles)
             await grant_egress(admin_http, admin_token, "default", f"127.0.0.1:{receiver.port}")
             hook = await subscribe(admin_http, admin_token, receiver.url, agent="ops")
             receiver.secret = needles.add("signing secret", hook["secret"])
@@ -191,6 +219,10 @@ async def test_no_log_line_holds_a_key_token_secret_state_or_argument_value(
                     arguments = {"order_id": needles.argument()}
                     result = await legacy.call("legacy", "get_order", arguments)
                     assert result["isError"] is False, result
+                    # An unusable answer: its reason is logged (tool_call_failed).
+                    broken = {"name": "read_no_http", "arguments": {"order_id": needles.argument()}}
+                    result = await call(http, gateway.url + PATH, keys["agent"], broken, META)
+                    assert result["structuredContent"]["error_code"] == "upstream_response_invalid"
                 await confirm_with_token(gateway.url, keys["ops-token agent"], needles)
                 await confirm_with_form(gateway.url, keys["agent"], needles)
                 await approve_and_deliver(gateway.url, keys, needles)

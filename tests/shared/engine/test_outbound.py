@@ -593,3 +593,26 @@ async def test_clients_past_the_cache_size_are_closed_and_built_again(
         ]
     assert bodies == [b"one", b"two", b"one", b"one"]
     assert net.addresses == ["127.0.0.1"] * 3  # the evicted client for `one` was rebuilt once
+
+
+async def test_an_answer_that_is_no_http_is_invalid_and_its_reason_names_no_url() -> None:
+    """The reason reaches the call log, approval records and logs (docs/security.md,
+    "What logs never hold"): reqwest's "error sending request for url (...)" would
+    carry the path and query values of the call."""
+
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"SSH-2.0-not-http\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(garbage, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with executor(port) as ex:
+            with pytest.raises(UpstreamResponseInvalid) as caught:
+                await ex.execute(get(f"http://127.0.0.1:{port}/orders/argvalue-1?q=argvalue-2"))
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert str(caught.value) == "unusable upstream answer: invalid HTTP version parsed"
