@@ -1,20 +1,20 @@
 """A rolling restart under load (docs/architecture.md, "Shutdown"): two real
 gateway replicas on one database, a load generator sending tools/call to both
 (plain calls, idempotent retries, approval-gated calls answered at once),
-clients holding open SSE waits for their approval (``progressToken``) on both,
-and an approver approving calls whose upstream holds the first request, so a
+clients holding open SSE waits for their approval (``progressToken``) in both
+protocol eras on both, and an approver approving calls whose upstream holds the first request, so a
 replica's worker holds an executing lease when it is told to stop.
 
 Replica X (the one whose worker holds the first slow call) gets SIGTERM, as a
-container runtime sends it (to granian's main process only), exits, and is
-started again; then replica Y likewise, while the load goes on against the
+container runtime sends it (to granian's main process only), while a call of
+its is in flight at the upstream; it exits and is started again; then replica Y likewise, while the load goes on against the
 live one. "Accepted" is a request whose HTTP response started (status line and
 headers received): one refused or reset before that never reached the
 gateway's pipeline as far as the client can tell, so the load client sends it
 to the next replica, as a load balancer does. Asserted:
 
 - every accepted request got its whole answer, HTTP 200 with a JSON-RPC
-  result: no reset mid-answer, no 5xx;
+  result: no reset mid-answer, no 5xx; the call in flight at SIGTERM too;
 - every SSE wait open on a stopping replica ends with the seed's
   ``approval_required`` answer for its approval, as the last event of a
   complete stream, and its approval stays pending;
@@ -59,7 +59,7 @@ from tests.support.approval_outcomes import (
 from tests.support.approvals import Shop, fetch, owner_pid, runs_in, serve_shop
 from tests.support.gateway import Gateway, run_gateway, wait_until
 from tests.support.mcp import META, modern
-from tests.support.tool_calls import rpc
+from tests.support.tool_calls import legacy_headers, open_session, rpc
 
 GRACE_S = 2  # CRANK_APPROVAL_SHUTDOWN_GRACE_S: shorter than the held upstream call
 CALL_S = 20  # the operations' longest call: timeout_ms, no retries (order_spec)
@@ -185,16 +185,20 @@ class Wait:
     reader: asyncio.Task[None]
 
 
-async def open_wait(http: httpx.AsyncClient, key: str, slot: Slot, case: str) -> Wait:
-    """A gated tools/call with a progress token on ``slot``; returns once its first
-    progress notification (which names the approval) arrived."""
+async def open_wait(
+    http: httpx.AsyncClient, key: str, slot: Slot, case: str, era: str = "modern"
+) -> Wait:
+    """A gated tools/call with a progress token on ``slot``, in ``era``; returns once its
+    first progress notification (which names the approval) arrived."""
     assert slot.gateway is not None
     url = slot.gateway.url + MCP
-    body = rpc(
-        "tools/call",
-        {"name": GATED, "arguments": arguments(case), "_meta": {**META, "progressToken": case}},
-    )
-    headers = modern(key, "tools/call", **{"Mcp-Name": GATED})
+    params = {"name": GATED, "arguments": arguments(case)}
+    if era == "modern":
+        body = rpc("tools/call", {**params, "_meta": {**META, "progressToken": case}})
+        headers = modern(key, "tools/call", **{"Mcp-Name": GATED})
+    else:
+        body = rpc("tools/call", {**params, "_meta": {"progressToken": case}})
+        headers = legacy_headers(key, await open_session(http, url, key))
     events: list[dict[str, Any]] = []
     first = asyncio.Event()
 
@@ -279,6 +283,29 @@ async def answered_in_full(sent: asyncio.Task[httpx.Response]) -> None:
     assert result["structuredContent"] == LINES["lines"][:1]
 
 
+async def stop_with_a_call_in_flight(
+    shop: Shop, key: str, slot: Slot, exits: list[tuple[str, int, float]]
+) -> Gateway:
+    """SIGTERM ``slot`` while a call is in flight there, which must get its whole answer;
+    its exit recorded in ``exits``. The stopped gateway."""
+    gateway = slot.gateway
+    assert gateway is not None
+    probe = await in_flight(shop, key, slot, f"in-flight-{slot.name}")
+    code, took = await stop(slot)
+    exits.append((slot.name, code, took))
+    await answered_in_full(probe)
+    return gateway
+
+
+async def restart(
+    stack: AsyncExitStack, slot: Slot, database_url: str, tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Start ``slot`` again; returns once the load reaches it."""
+    await stack.enter_async_context(started(slot, database_url, tmp_path, env))
+    before = slot.served
+    await wait_until(_served_since(slot, before), timeout_s=30)
+
+
 async def held_by(shop: Shop, key: str, database_url: str, approval_id: str) -> int:
     """Once the upstream holds the approval's first request: the pid running it."""
 
@@ -343,22 +370,18 @@ async def test_a_rolling_restart_under_load_loses_no_accepted_request_and_hands_
         exits: list[tuple[str, int, float]] = []
         try:
             await wait_until(lambda: _served_each(slots), timeout_s=30)
-            # Waits on both replicas; the first one's approval runs slowly.
-            waits = [
-                await open_wait(http, front.agent_key, slot, f"wait-{slot.name}-1")
+            # Waits in both eras on both replicas.
+            waits = [  # the first one's approval will run slowly
+                await open_wait(http, front.agent_key, slot, f"wait-{slot.name}-{era}", era)
                 for slot in slots
+                for era in ("modern", "legacy")
             ]
             slow_key = await approve_slow(shop, front, waits[0], slots[0])
             pid = await held_by(shop, slow_key, database_url, waits[0].approval_id)
             assert slots[0].gateway is not None
             x, y = slots if runs_in(slots[0].gateway, pid) else slots[::-1]
-            stopped_x = x.gateway
-            assert stopped_x is not None
 
-            probe = await in_flight(shop, front.agent_key, x, "in-flight-x")
-            code, took = await stop(x)
-            exits.append((x.name, code, took))
-            await answered_in_full(probe)
+            stopped_x = await stop_with_a_call_in_flight(shop, front.agent_key, x, exits)
             for wait in waits:  # the slow call's wait too, if it was on X
                 if wait.slot == x.name:
                     await ended_with_seed_answer(wait)
@@ -376,24 +399,16 @@ async def test_a_rolling_restart_under_load_loses_no_accepted_request_and_hands_
             assert y.gateway is not None
             assert runs_in(y.gateway, pid)
 
-            await stack.enter_async_context(started(x, database_url, tmp_path, env))
-            x_served = x.served
-            await wait_until(_served_since(x, x_served), timeout_s=30)
-            stopped_y = y.gateway
-            pending_on_y = [w for w in waits if w.slot == y.name and w is not waits[0]]
-            probe = await in_flight(shop, front.agent_key, y, "in-flight-y")
-            code, took = await stop(y)
-            exits.append((y.name, code, took))
-            await answered_in_full(probe)
+            await restart(stack, x, database_url, tmp_path, env)
+            stopped_y = await stop_with_a_call_in_flight(shop, front.agent_key, y, exits)
             await ended_with_seed_answer(second)
-            for wait in pending_on_y:
-                await ended_with_seed_answer(wait)
+            for wait in waits[1:]:  # the slow call's wait ended in the first round
+                if wait.slot == y.name:
+                    await ended_with_seed_answer(wait)
             await handed_back_and_completed_once(
                 database_url, shop, slow_key_2, second.approval_id, stopped_y, x
             )
-            await stack.enter_async_context(started(y, database_url, tmp_path, env))
-            y_served = y.served
-            await wait_until(_served_since(y, y_served), timeout_s=30)
+            await restart(stack, y, database_url, tmp_path, env)
         finally:
             load.stop.set()
             await asyncio.gather(*generators)
