@@ -19,9 +19,6 @@ lines, so the capture is known to work.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +26,13 @@ import httpx
 
 from tests.support.api import auth, grant_egress
 from tests.support.db import TEST_SECRET_KEY
-from tests.support.gateway import run_control_plane, run_gateway, serve_upstream, wait_until
+from tests.support.gateway import (
+    run_control_plane,
+    run_gateway,
+    serve_no_http,
+    serve_upstream,
+    wait_until,
+)
 from tests.support.masking import leaks
 from tests.support.mcp import META, VERSION, modern
 from tests.support.orders import OrdersUpstream, order_operation, order_operations
@@ -71,25 +74,6 @@ class Needles:
     def argument(self) -> str:
         self._arguments += 1
         return self.add(f"argument {self._arguments}", ARGUMENT.format(self._arguments))
-
-
-@asynccontextmanager
-async def serve_no_http() -> AsyncIterator[int]:
-    """An upstream on loopback that answers no HTTP (an unusable answer, whose reason the
-    gateway logs); yields its port."""
-
-    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"SSH-2.0-not-http\r\n\r\n")
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(garbage, "127.0.0.1", 0)
-    try:
-        yield server.sockets[0].getsockname()[1]
-    finally:
-        server.close()
-        await server.wait_closed()
 
 
 async def set_up(

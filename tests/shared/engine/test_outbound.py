@@ -33,6 +33,7 @@ from shared.engine.outbound import (
     parse_retry_after,
 )
 from shared.engine.ssrf import AddressPolicy, parse_allowlist
+from tests.support.gateway import serve_no_http
 from tests.support.sockets import StubResolver
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -600,19 +601,7 @@ async def test_an_answer_that_is_no_http_is_invalid_and_its_reason_names_no_url(
     "What logs never hold"): reqwest's "error sending request for url (...)" would
     carry the path and query values of the call."""
 
-    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"SSH-2.0-not-http\r\n\r\n")
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(garbage, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        async with executor(port) as ex:
-            with pytest.raises(UpstreamResponseInvalid) as caught:
-                await ex.execute(get(f"http://127.0.0.1:{port}/orders/argvalue-1?q=argvalue-2"))
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with serve_no_http() as port, executor(port) as ex:
+        with pytest.raises(UpstreamResponseInvalid) as caught:
+            await ex.execute(get(f"http://127.0.0.1:{port}/orders/argvalue-1?q=argvalue-2"))
     assert str(caught.value) == "unusable upstream answer: invalid HTTP version parsed"
