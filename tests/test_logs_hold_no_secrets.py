@@ -6,15 +6,18 @@ The control plane and a gateway run as deployed (granian) with
 a full scenario: the admin token creating a workspace, a secret, operations
 whose requests carry that secret as a bearer token, agents, agent and approval
 keys and a webhook subscription (its signing secret in the answer); tools/call
-with a distinctive value in every argument; a DELETE confirmed with a
-``ct_`` token; a DELETE confirmed by the human through a 2026-07-28 form (its
-``requestState`` echoed back); an approval asked for, approved with the
-approval key, run by the worker and delivered, with its webhooks signed and
-delivered; try-it on the control plane. Then no spelling (raw, JSON-escaped,
-percent-encoded, base64: tests/support/masking.py) of the admin token, any
-key, the secret, the signing secret, a confirmation token, a request state or
-an argument value may appear in either log, and both logs must hold debug
-lines, so the capture is known to work.
+with a distinctive value in every argument, in both protocol eras, one of them
+to an upstream that answers no HTTP (its failure's reason is logged); a DELETE
+confirmed with a ``ct_`` token; a DELETE confirmed by the human through a
+2026-07-28 form (its ``requestState`` echoed back); an approval asked for,
+approved with the approval key, run by the worker and delivered, with its
+webhooks signed and delivered; try-it on the control plane; and
+``CRANK_SECRET_KEY`` rotated by a control plane started with a new key. Then
+no spelling (raw, JSON-escaped, percent-encoded, base64:
+tests/support/masking.py) of the admin token, a key, either secret key, the
+secret, the signing secret, a confirmation token, a request state or an
+argument value may appear in any log, and every log must hold debug lines, so
+the capture is known to work.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ ELICITING = {
     "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
 }
 DEBUG = {"CRANK_LOG_LEVEL": "debug"}
+NEW_SECRET_KEY = "rotated-secret-key-that-is-long-enough-9f8e7d6c"
 
 
 class Needles:
@@ -222,7 +226,26 @@ async def test_no_log_line_holds_a_key_token_secret_state_or_argument_value(
             )
             assert tried.status_code == 200, tried.text
             assert tried.json()["result"]["is_error"] is False, tried.text
-        logs = {"gateway": gateway.log(), "control plane": control_plane.log()}
+        # Key rotation: a control plane with a new key re-seals the secret and the
+        # signing secret sealed under the old one.
+        rotating = DEBUG | {
+            "CRANK_SECRET_KEY": needles.add("new CRANK_SECRET_KEY", NEW_SECRET_KEY),
+            "CRANK_SECRET_KEY_PREVIOUS": TEST_SECRET_KEY,
+        }
+        async with (
+            run_control_plane(database_url, tmp_path, extra_env=rotating) as rotator,
+            httpx.AsyncClient(base_url=rotator.url, timeout=20) as rotator_http,
+        ):
+            rotated = await rotator_http.post(
+                "/api/v1/secrets/rotate-key", headers=auth(admin_token)
+            )
+            assert rotated.status_code == 200, rotated.text
+            assert rotated.json()["rotated"] == 2  # SHOP_TOKEN and the signing secret
+        logs = {
+            "gateway": gateway.log(),
+            "control plane": control_plane.log(),
+            "rotating control plane": rotator.log(),
+        }
 
     assert sum(upstream.hits.values()) == 6  # every call reached the upstream, once
     for name, text in logs.items():
