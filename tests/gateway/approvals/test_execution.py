@@ -109,7 +109,9 @@ async def test_a_killed_gateway_leaves_a_lease_another_gateway_reclaims_and_fini
 async def test_sigterm_hands_a_running_call_back_to_a_gateway_that_only_polls(
     client: Client, admin_token: str, database_url: str, tmp_path: Path, shop: Shop
 ) -> None:
-    await publish_shop(client, admin_token, shop.port)
+    # A timeout far beyond the test: the held call must still run when the grace ends
+    # (with 5 s, a slow start of the second gateway let it time out first).
+    await publish_shop(client, admin_token, shop.port, timeout_ms=60_000)
     shop.hold = 1  # held past the grace period
     leaving_env = gateway_env(shop, CRANK_APPROVAL_SHUTDOWN_GRACE_S="1")
     polling_env = gateway_env(shop, CRANK_MCP_LISTEN="false")
