@@ -197,6 +197,7 @@ async def test_no_log_line_holds_a_key_token_secret_state_or_argument_value(
             await grant_egress(admin_http, admin_token, "default", f"127.0.0.1:{receiver.port}")
             hook = await subscribe(admin_http, admin_token, receiver.url, agent="ops")
             receiver.secret = needles.add("signing secret", hook["secret"])
+            needles.add("signing key", hook["secret"].removeprefix("whsec_"))  # base64 of it
             env = allow | DEBUG | {"CRANK_WEBHOOK_RETRY_BASE_MS": "100"}
             async with run_gateway(database_url, tmp_path, extra_env=env) as gateway:
                 async with httpx.AsyncClient(timeout=20) as http:
