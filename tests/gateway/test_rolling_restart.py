@@ -17,7 +17,8 @@ to the next replica, as a load balancer does. Asserted:
   result: no reset mid-answer, no 5xx; the call in flight at SIGTERM too;
 - every SSE wait open on a stopping replica ends with the seed's
   ``approval_required`` answer for its approval, as the last event of a
-  complete stream, and its approval stays pending;
+  complete stream, and its approval stays pending; a DELETE waiting for the
+  human's form (2025 session) ends ``confirmation_declined``;
 - the approval a stopping worker held is handed back at once (never left
   ``executing`` by the exited process to wait out its lease), the other
   replica runs it (attempt 2, the same idempotency key) and the upstream
@@ -57,9 +58,16 @@ from tests.support.approval_outcomes import (
     set_up_shopfront,
 )
 from tests.support.approvals import Shop, fetch, owner_pid, runs_in, serve_shop
-from tests.support.gateway import Gateway, run_gateway, wait_until
+from tests.support.gateway import Gateway, change_agent, run_gateway, wait_until
 from tests.support.mcp import META, modern
-from tests.support.tool_calls import legacy_headers, open_session, rpc
+from tests.support.orders import order_operation
+from tests.support.tool_calls import (
+    LEGACY_VERSION,
+    legacy_headers,
+    open_session,
+    publish_operation,
+    rpc,
+)
 
 GRACE_S = 2  # CRANK_APPROVAL_SHUTDOWN_GRACE_S: shorter than the held upstream call
 CALL_S = 20  # the operations' longest call: timeout_ms, no retries (order_spec)
@@ -69,6 +77,7 @@ EXIT_BOUND_S = CALL_S + GRACE_S + 15
 IN_FLIGHT_S = 3.0  # how late the upstream answers the call in flight at SIGTERM
 LOAD_WORKERS = 3
 APPROVAL_ID = re.compile(r"approval_[0-9a-f]{32}")
+DELETE = "cancel_order"  # a DELETE: confirmed by the human's form in a 2025 session
 
 
 @dataclass
@@ -185,6 +194,27 @@ class Wait:
     reader: asyncio.Task[None]
 
 
+async def open_stream(
+    http: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str]
+) -> tuple[list[dict[str, Any]], asyncio.Task[None]]:
+    """POST ``body`` for an SSE answer; returns once its first event arrived: the events
+    so far (the list grows) and the task that reads the rest."""
+    events: list[dict[str, Any]] = []
+    first = asyncio.Event()
+
+    async def read() -> None:
+        async with http.stream("POST", url, json=body, headers=headers) as answer:
+            assert answer.headers["content-type"] == "text/event-stream", await answer.aread()
+            async for line in answer.aiter_lines():  # a cut stream raises here
+                if line.startswith("data: "):
+                    events.append(json.loads(line.removeprefix("data: ")))
+                    first.set()
+
+    reader = asyncio.create_task(read())
+    await asyncio.wait_for(first.wait(), 20)
+    return events, reader
+
+
 async def open_wait(
     http: httpx.AsyncClient, key: str, slot: Slot, case: str, era: str = "modern"
 ) -> Wait:
@@ -199,24 +229,43 @@ async def open_wait(
     else:
         body = rpc("tools/call", {**params, "_meta": {"progressToken": case}})
         headers = legacy_headers(key, await open_session(http, url, key))
-    events: list[dict[str, Any]] = []
-    first = asyncio.Event()
-
-    async def read() -> None:
-        async with http.stream("POST", url, json=body, headers=headers) as answer:
-            assert answer.headers["content-type"] == "text/event-stream"
-            async for line in answer.aiter_lines():  # a cut stream raises here
-                if line.startswith("data: "):
-                    events.append(json.loads(line.removeprefix("data: ")))
-                    first.set()
-
-    reader = asyncio.create_task(read())
-    await asyncio.wait_for(first.wait(), 20)
+    events, reader = await open_stream(http, url, body, headers)
     progress = events[0]
     assert progress["method"] == "notifications/progress"
     found = APPROVAL_ID.search(progress["params"]["message"])
     assert found, progress
     return Wait(slot.name, case, found[0], events, reader)
+
+
+async def open_form(
+    http: httpx.AsyncClient, key: str, slot: Slot
+) -> tuple[list[dict[str, Any]], asyncio.Task[None]]:
+    """A DELETE in a 2025 session that declared elicitation, on ``slot``: returns once
+    the human's form (``elicitation/create``) is on its stream, unanswered."""
+    assert slot.gateway is not None
+    url = slot.gateway.url + MCP
+    init = {
+        "protocolVersion": LEGACY_VERSION,
+        "capabilities": {"elicitation": {}},
+        "clientInfo": {"name": "tests", "version": "1"},
+    }
+    opened = await http.post(url, json=rpc("initialize", init, id_=1), headers=legacy_headers(key))
+    assert opened.status_code == 200, opened.text
+    body = rpc(
+        "tools/call", {"name": DELETE, "arguments": {"order_id": f"form-{slot.name.lower()}"}}
+    )
+    headers = legacy_headers(key, opened.headers["mcp-session-id"])
+    events, reader = await open_stream(http, url, body, headers)
+    assert events[0]["method"] == "elicitation/create", events
+    return events, reader
+
+
+async def declined_on_shutdown(form: tuple[list[dict[str, Any]], asyncio.Task[None]]) -> None:
+    """The form's call ended whole with confirmation_declined (architecture, "Shutdown")."""
+    events, reader = form
+    await asyncio.wait_for(reader, 20)
+    _, final = events
+    assert final["result"]["structuredContent"]["error_code"] == "confirmation_declined", final
 
 
 async def ended_with_seed_answer(wait: Wait) -> None:
@@ -355,6 +404,9 @@ async def test_a_rolling_restart_under_load_loses_no_accepted_request_and_hands_
 ) -> None:
     async with serve_shop() as shop, AsyncExitStack() as stack:
         front = await set_up_shopfront(client, admin_token, shop, timeout_ms=CALL_S * 1000)
+        url = f"http://127.0.0.1:{shop.port}/orders/{{order_id}}"
+        await publish_operation(client, admin_token, order_operation(DELETE, "DELETE", url))
+        await change_agent(client, admin_token, {"operations": [GATED, DIRECT, DELETE]}, "sales")
         env = gateway_env(
             shop, CRANK_APPROVAL_SHUTDOWN_GRACE_S=str(GRACE_S), CRANK_APPROVAL_WAIT_S="300"
         )
@@ -381,7 +433,9 @@ async def test_a_rolling_restart_under_load_loses_no_accepted_request_and_hands_
             assert slots[0].gateway is not None
             x, y = slots if runs_in(slots[0].gateway, pid) else slots[::-1]
 
+            form = await open_form(http, front.agent_key, x)
             stopped_x = await stop_with_a_call_in_flight(shop, front.agent_key, x, exits)
+            await declined_on_shutdown(form)
             for wait in waits:  # the slow call's wait too, if it was on X
                 if wait.slot == x.name:
                     await ended_with_seed_answer(wait)
