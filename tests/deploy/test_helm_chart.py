@@ -163,6 +163,21 @@ def test_memory_fits_the_measured_figures() -> None:
     assert quantity(control_plane["resources"]["limits"]["memory"]) >= 4 * CONTROL_PLANE_IDLE_RSS
 
 
+def test_the_gateway_gets_the_documented_stop_time() -> None:
+    # docs/deploy.md, "Grace period": the longest call of the defaults (10 s x 3 tries)
+    # + the approval hand-back grace (10 s) + about 15 s, after the preStop pause.
+    (gateway,) = (
+        d
+        for d in by_kind(objects_of("default"), "Deployment").values()
+        if component(d) == "gateway"
+    )
+    spec = pod_spec(gateway)
+    (container,) = spec["containers"]
+    pause = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert pause >= 5
+    assert spec["terminationGracePeriodSeconds"] >= 30 + 10 + 15 + pause
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_secrets_come_only_from_kubernetes_secrets(variant: str) -> None:
     objects = objects_of(variant)
