@@ -1,0 +1,103 @@
+"""Schemathesis against a control plane over real HTTP: every admin route
+answers inside its own OpenAPI document, as every kind of caller
+(tests/support/api_fuzz.py; the long run is bench/fuzz_control_plane.py).
+
+Bounded for CI: ``CASES`` per route, caller and mode (positive and negative),
+derandomized; the try-it route is left out because it calls the draft's
+upstream. Checks: no 5xx, and the status code, content type, response schema
+and response headers as documented.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import hypothesis
+import pytest
+
+from tests.support.api_fuzz import (
+    EXCLUDED,
+    ROLES,
+    Caller,
+    RouteTally,
+    Target,
+    fuzz_route,
+    load_schema,
+    make_callers,
+    operations,
+    route_name,
+    seed,
+    stateful_machine,
+)
+from tests.support.cli import Server, run_async
+from tests.support.control_plane_server import serve_control_plane
+
+CASES = 4  # per route, caller and mode: 45 routes x 5 callers x 2 modes x 4 = 1,800 requests
+SEED = 15
+
+
+@pytest.fixture(scope="module")
+def server(pg_server_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    log_dir = tmp_path_factory.mktemp("fuzz")
+    with serve_control_plane(pg_server_url, log_dir, f"crank_fuzz_{os.getpid()}") as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def schema(server: Server) -> Any:
+    return load_schema(server.url)
+
+
+@pytest.fixture(scope="module")
+def target(server: Server, schema: Any) -> Target:
+    workspace = "fuzz"
+    known = seed(server.url, workspace, Caller("admin", server.admin_token), schema)
+    return Target(server.url, workspace, known)
+
+
+def _caller(server: Server, role: str, workspace: str) -> Caller:
+    [caller] = run_async(make_callers(server.database_url, server.admin_token, workspace, [role]))
+    return caller
+
+
+def test_only_the_try_it_route_is_left_out(schema: Any) -> None:
+    routes = {route_name(operation) for operation in operations(schema)}
+    assert set(EXCLUDED) == {
+        ("POST", "/api/v1/workspaces/{workspace}/operations/{name}/try"),
+    }
+    assert not {f"{method} {path}" for method, path in EXCLUDED} & routes
+    assert len(routes) == 45
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_route_answers_inside_its_document(
+    server: Server, schema: Any, target: Target, role: str
+) -> None:
+    caller = _caller(server, role, target.workspace)
+    tallies: dict[str, RouteTally] = {}
+    for operation in operations(schema):
+        tally = tallies.setdefault(route_name(operation), RouteTally())
+        fuzz_route(operation, target, caller, tally, max_examples=CASES, seed_value=SEED)
+    assert all(tally.cases > 0 for tally in tallies.values())
+    failures = [f"{route}: {failure}" for route, t in tallies.items() for failure in t.failures]
+    assert not failures, "\n".join(failures)
+
+
+def test_stateful_sequences_answer_inside_the_document(
+    server: Server, schema: Any, target: Target
+) -> None:
+    """Schemathesis's state machine: a response's values (names, ids) feed the next request."""
+    machine = stateful_machine(schema, target, _caller(server, "owner", target.workspace))
+    machine.run(
+        settings=hypothesis.settings(
+            max_examples=10,
+            derandomize=True,
+            database=None,
+            deadline=None,
+            phases=[hypothesis.Phase.generate],
+            suppress_health_check=list(hypothesis.HealthCheck),
+            stateful_step_count=8,
+        )
+    )
