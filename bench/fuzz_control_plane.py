@@ -87,28 +87,35 @@ def main() -> int:
         print(f"{len(routes)} routes x {len(people)} roles x 2 modes; seed {args.seed}")
         tallies: dict[str, RouteTally] = {route_name(route): RouteTally() for route in routes}
         started = time.monotonic()
-        cases = args.cases if args.duration is None else 10**6
-        deadline = None
         for index, route in enumerate(routes):
-            if args.duration is not None:
-                # Each route gets an equal share of what is left.
-                share = (args.duration - (time.monotonic() - started)) / (len(routes) - index)
-                deadline = time.monotonic() + max(share, 0)
-            for caller in people:
-                route_deadline = None
-                if deadline is not None:
-                    route_deadline = time.monotonic() + max(deadline - time.monotonic(), 0) / len(
-                        people
+            tally = tallies[route_name(route)]
+            target.known.update(seed(server.url, workspace, admin, schema))  # undo DELETEs
+            if args.duration is None:
+                for caller in people:
+                    fuzz_route(
+                        route, target, caller, tally, max_examples=args.cases, seed_value=args.seed
                     )
-                fuzz_route(
-                    route,
-                    target,
-                    caller,
-                    tallies[route_name(route)],
-                    max_examples=cases,
-                    seed_value=args.seed,
-                    deadline=route_deadline,
-                )
+            else:
+                # An equal share of the time left per route; rounds of a few cases per
+                # role, each round with the next seed, until the share is spent.
+                share = (args.duration - (time.monotonic() - started)) / (len(routes) - index)
+                deadline = time.monotonic() + share
+                rounds = 0
+                while time.monotonic() < deadline or rounds == 0:
+                    for caller in people:
+                        fuzz_route(
+                            route,
+                            target,
+                            caller,
+                            tally,
+                            max_examples=3,
+                            seed_value=args.seed + rounds,
+                        )
+                    rounds += 1
+            print(
+                f"  {time.monotonic() - started:6.0f} s  {tally.cases:6d}  {route_name(route)}",
+                flush=True,
+            )
         stateful_failures: list[str] = []
         if args.stateful:
             owner = next((c for c in people if c.role == "owner"), admin)

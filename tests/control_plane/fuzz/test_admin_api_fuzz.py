@@ -10,12 +10,15 @@ and response headers as documented.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import hypothesis
 import pytest
+import schemathesis
 
 from tests.support.api_fuzz import (
     EXCLUDED,
@@ -34,8 +37,10 @@ from tests.support.api_fuzz import (
 from tests.support.cli import Server, run_async
 from tests.support.control_plane_server import serve_control_plane
 
-CASES = 4  # per route, caller and mode: 45 routes x 5 callers x 2 modes x 4 = 1,800 requests
+READ_PATH = "/api/v1/workspaces/{workspace}/operations/{name}"
+CASES = 3  # per route, caller and mode: 45 routes x 5 callers x 2 modes x 3 = 1,350 requests
 SEED = 15
+_workspaces = itertools.count()
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +55,10 @@ def schema(server: Server) -> Any:
     return load_schema(server.url)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def target(server: Server, schema: Any) -> Target:
-    workspace = "fuzz"
+    """A workspace of the test's own, seeded: one test's DELETEs leave the next alone."""
+    workspace = f"fuzz-{next(_workspaces)}"
     known = seed(server.url, workspace, Caller("admin", server.admin_token), schema)
     return Target(server.url, workspace, known)
 
@@ -83,6 +89,21 @@ def test_every_route_answers_inside_its_document(
     assert all(tally.cases > 0 for tally in tallies.values())
     failures = [f"{route}: {failure}" for route, t in tallies.items() for failure in t.failures]
     assert not failures, "\n".join(failures)
+
+
+def test_an_answer_the_document_does_not_list_is_a_failure(server: Server, target: Target) -> None:
+    """The checks have teeth: with 404 taken out of one route's document, reading
+    operations that do not exist is reported."""
+    document = httpx.get(f"{server.url}/api/v1/schema/openapi.json", timeout=30).json()
+    read = document["paths"][READ_PATH]["get"]
+    del read["responses"]["404"]
+    schema = schemathesis.openapi.from_dict(document)
+    [operation] = [op for op in operations(schema) if route_name(op) == "GET " + READ_PATH]
+    tally = RouteTally()
+    caller = _caller(server, "owner", target.workspace)
+    fuzz_route(operation, target, caller, tally, max_examples=CASES, seed_value=SEED)
+    assert tally.statuses[404] > 0
+    assert any("Undocumented status code" in failure for failure in tally.failures), tally
 
 
 def test_stateful_sequences_answer_inside_the_document(
