@@ -6,7 +6,8 @@ after decoding (every error of a file at once, with its path), not by msgspec,
 so their schemas would otherwise say ``string`` where only a tool name is
 taken. :class:`ValidatorConstraints` is an OpenAPI schema plugin: it lets
 Litestar build a struct's schema as usual, then adds the patterns, bounds and
-enums from the very constants the validators use. Path parameters carry theirs
+enums from the very constants the validators use, and says where unknown
+fields are refused. Path parameters carry theirs
 through the ``*Path`` aliases below; documenting a constraint never enforces
 it a second time.
 """
@@ -126,20 +127,22 @@ def _apply(schema: Schema | Reference, extra: Extra) -> None:
 
 
 class ValidatorConstraints(StructSchemaPlugin):
-    """Builds the schema of a struct in ``CONSTRAINTS`` as Litestar does, then adds its constraints."""
-
-    def is_plugin_supported_field(self, field_definition: FieldDefinition) -> bool:
-        return field_definition.annotation in CONSTRAINTS
+    """Builds a struct's schema as Litestar does, then adds its constraints from
+    ``CONSTRAINTS``, and ``additionalProperties: false`` where msgspec refuses
+    unknown fields (``forbid_unknown_fields``, every body of Crank's own)."""
 
     def to_openapi_schema(
         self, field_definition: FieldDefinition, schema_creator: SchemaCreator
     ) -> Schema:
         schema = super().to_openapi_schema(field_definition, schema_creator)
+        struct_type = field_definition.type_
         properties = schema.properties or {}
-        for name, extra in CONSTRAINTS[field_definition.annotation].items():
+        for name, extra in CONSTRAINTS.get(struct_type, {}).items():
             if name not in properties:
-                raise KeyError(f"{field_definition.annotation.__name__} has no field {name!r}")
+                raise KeyError(f"{struct_type.__name__} has no field {name!r}")
             _apply(properties[name], extra)
+        if struct_type.__struct_config__.forbid_unknown_fields:
+            schema.additional_properties = False
         return schema
 
 
