@@ -157,8 +157,11 @@ def seed(base_url: str, workspace: str, admin: Caller, schema: Any) -> dict[str,
         slug = agent["slug"]
         ensure(f"{base}/agents", agent)
         webhook = examples[f"POST {API}/workspaces/{{workspace}}/agents/{{agent}}/webhooks"]
-        webhook_id = ensure(f"{base}/agents/{slug}/webhooks", webhook).json()["id"]
-        key_id = ensure(f"{base}/keys", {"agent": slug}).json()["id"]
+        webhooks = f"{base}/agents/{slug}/webhooks"
+        webhook_id = _live_id(client.get(webhooks)) or ensure(webhooks, webhook).json()["id"]
+        keys = f"{base}/keys"
+        key_id = _live_id(client.get(keys, params={"agent": slug}))
+        key_id = key_id or ensure(keys, {"agent": slug}).json()["id"]
         secret = client.put(f"{base}/secrets/token", json={"value": "fuzz"})
         assert secret.status_code in (200, 201), secret.text
     return {
@@ -169,6 +172,13 @@ def seed(base_url: str, workspace: str, admin: Caller, schema: Any) -> dict[str,
         "webhook_id": [webhook_id],
         "key_id": [key_id],
     }
+
+
+def _live_id(listing: httpx.Response) -> Any:
+    """The id of the first item of a listing not revoked yet (None: there is none)."""
+    assert listing.status_code == 200, listing.text
+    live = [item["id"] for item in listing.json()["items"] if not item.get("revoked_at")]
+    return live[0] if live else None
 
 
 def _current_etag(client: requests.Session, target: Target, caller: Caller, case: Any) -> str:

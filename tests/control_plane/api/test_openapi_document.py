@@ -5,14 +5,21 @@ from collections.abc import Iterator
 from typing import Any
 
 import msgspec
-from litestar import Litestar
+import pytest
+from litestar import Litestar, Router, post
+from litestar.exceptions import ImproperlyConfiguredException
+from litestar.params import JSONBody
 from openapi_spec_validator import validate
 from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 
+from control_plane.api_document import document_routes
 from control_plane.api_document.constraints import anchored
 from control_plane.api_document.examples import BODY_EXAMPLES
+from control_plane.auth import Role
+from control_plane.deps import CurrentWorkspace, dependencies
 from control_plane.etag import ETAG_PATTERN
 from control_plane.request_body import takes_body
+from shared.db import Connection
 from shared.engine.spec import WEBHOOK_FORMATS
 from shared.engine.spec_validation import SLUG, TOOL_NAME
 from tests.support.api import Client, auth
@@ -167,3 +174,21 @@ async def test_every_body_example_is_accepted_by_its_route(
         body = examples[(method, path)]["valid"]["value"]
         answer = await client.request(method.upper(), url, json=body, headers=headers)
         assert answer.status_code in (200, 201), (method, path, answer.text)
+
+
+class _Unexampled(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    note: str
+
+
+def test_an_app_with_a_body_route_without_an_example_refuses_to_start() -> None:
+    @post("/workspaces/{workspace:str}/notes", access=Role.EDITOR)
+    async def add_note(ws: CurrentWorkspace, data: JSONBody[_Unexampled]) -> None:
+        del ws, data
+
+    app = Litestar(
+        route_handlers=[Router(API, route_handlers=[add_note])],
+        dependencies=dependencies,
+        signature_namespace={"Connection": Connection},
+    )
+    with pytest.raises(ImproperlyConfiguredException, match="no example body for"):
+        document_routes(app.routes, under=API)
