@@ -119,21 +119,18 @@ def main() -> int:
         stateful_failures: list[str] = []
         if args.stateful:
             owner = next((c for c in people if c.role == "owner"), admin)
-            machine = stateful_machine(schema, target, owner)
-            try:
-                machine.run(
-                    settings=hypothesis.settings(
-                        max_examples=args.stateful,
-                        derandomize=True,
-                        database=None,
-                        deadline=None,
-                        phases=[hypothesis.Phase.generate],
-                        suppress_health_check=list(hypothesis.HealthCheck),
-                        stateful_step_count=10,
-                    )
+            machine = stateful_machine(schema, target, owner, stateful_failures)
+            machine.run(
+                settings=hypothesis.settings(
+                    max_examples=args.stateful,
+                    derandomize=True,
+                    database=None,
+                    deadline=None,
+                    phases=[hypothesis.Phase.generate],
+                    suppress_health_check=list(hypothesis.HealthCheck),
+                    stateful_step_count=10,
                 )
-            except Exception as exc:  # the state machine raises its first failure
-                stateful_failures.append(f"{type(exc).__name__}: {str(exc)[:2000]}")
+            )
         elapsed = time.monotonic() - started
 
     print(f"{'cases':>6}  {'fail':>4}  route  [status:count]")

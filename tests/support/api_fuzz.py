@@ -263,9 +263,11 @@ def _describe(exc: BaseException, case: Any) -> str:
     return f"{titles} <- {case.as_curl_command()[:400]}"
 
 
-def stateful_machine(schema: Any, target: Target, caller: Caller) -> type[Any]:
+def stateful_machine(schema: Any, target: Target, caller: Caller, failures: list[str]) -> type[Any]:
     """Schemathesis's state machine over the document's links (inferred from the
-    operations' bodies and parameters), calling as ``caller`` in the fuzzed workspace."""
+    operations' bodies and parameters), calling as ``caller`` in the fuzzed
+    workspace. Failures go to ``failures`` rather than stopping the run: the
+    server's state changes under a replay, which Hypothesis would call flaky."""
     base: Any = schema.as_state_machine()
 
     class Machine(base):  # type: ignore[misc]
@@ -277,7 +279,10 @@ def stateful_machine(schema: Any, target: Target, caller: Caller) -> type[Any]:
             return {"base_url": target.base_url, "headers": caller.headers}
 
         def validate_response(self, response: Any, case: Any, **kwargs: Any) -> None:
-            case.validate_response(response, checks=CHECKS)
+            try:
+                case.validate_response(response, checks=CHECKS)
+            except (Failure, FailureGroup) as exc:
+                failures.append(f"[{caller.role}, stateful] {_describe(exc, case)}")
 
     return Machine
 

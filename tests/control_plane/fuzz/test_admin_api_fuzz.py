@@ -100,7 +100,9 @@ def test_stateful_sequences_answer_inside_the_document(
     server: Server, schema: Any, target: Target
 ) -> None:
     """Schemathesis's state machine: a response's values (names, ids) feed the next request."""
-    machine = stateful_machine(schema, target, _caller(server, "owner", target.workspace))
+    failures: list[str] = []
+    caller = _caller(server, "owner", target.workspace)
+    machine = stateful_machine(schema, target, caller, failures)
     machine.run(
         settings=hypothesis.settings(
             max_examples=10,
@@ -112,3 +114,4 @@ def test_stateful_sequences_answer_inside_the_document(
             stateful_step_count=8,
         )
     )
+    assert not failures, "\n".join(failures)
