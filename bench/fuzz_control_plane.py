@@ -29,8 +29,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import hypothesis
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -46,8 +44,8 @@ from tests.support.api_fuzz import (  # noqa: E402
     make_callers,
     operations,
     route_name,
+    run_stateful,
     seed,
-    stateful_machine,
     summary,
 )
 from tests.support.control_plane_server import serve_control_plane  # noqa: E402
@@ -119,18 +117,7 @@ def main() -> int:
         stateful_failures: list[str] = []
         if args.stateful:
             owner = next((c for c in people if c.role == "owner"), admin)
-            machine = stateful_machine(schema, target, owner, stateful_failures)
-            machine.run(
-                settings=hypothesis.settings(
-                    max_examples=args.stateful,
-                    derandomize=True,
-                    database=None,
-                    deadline=None,
-                    phases=[hypothesis.Phase.generate],
-                    suppress_health_check=list(hypothesis.HealthCheck),
-                    stateful_step_count=10,
-                )
-            )
+            stateful_failures = run_stateful(schema, target, owner, args.stateful, steps=10)
         elapsed = time.monotonic() - started
 
     print(f"{'cases':>6}  {'fail':>4}  route  [status:count]")

@@ -287,6 +287,23 @@ def stateful_machine(schema: Any, target: Target, caller: Caller, failures: list
     return Machine
 
 
+def run_stateful(schema: Any, target: Target, caller: Caller, runs: int, steps: int) -> list[str]:
+    """``runs`` sequences of up to ``steps`` linked requests, seeded; their failures."""
+    failures: list[str] = []
+    stateful_machine(schema, target, caller, failures).run(
+        settings=hypothesis.settings(
+            max_examples=runs,
+            derandomize=True,
+            database=None,
+            deadline=None,
+            phases=[hypothesis.Phase.generate],
+            suppress_health_check=list(hypothesis.HealthCheck),
+            stateful_step_count=steps,
+        )
+    )
+    return failures
+
+
 def summary(tallies: dict[str, RouteTally]) -> Iterator[str]:
     """One line per route: its cases, its statuses, its failures."""
     for route, tally in sorted(tallies.items()):

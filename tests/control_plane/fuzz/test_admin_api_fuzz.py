@@ -14,7 +14,6 @@ import itertools
 from typing import Any
 
 import httpx
-import hypothesis
 import pytest
 import schemathesis
 
@@ -29,8 +28,8 @@ from tests.support.api_fuzz import (
     make_callers,
     operations,
     route_name,
+    run_stateful,
     seed,
-    stateful_machine,
 )
 from tests.support.cli import Server, run_async
 
@@ -100,18 +99,6 @@ def test_stateful_sequences_answer_inside_the_document(
     server: Server, schema: Any, target: Target
 ) -> None:
     """Schemathesis's state machine: a response's values (names, ids) feed the next request."""
-    failures: list[str] = []
     caller = _caller(server, "owner", target.workspace)
-    machine = stateful_machine(schema, target, caller, failures)
-    machine.run(
-        settings=hypothesis.settings(
-            max_examples=10,
-            derandomize=True,
-            database=None,
-            deadline=None,
-            phases=[hypothesis.Phase.generate],
-            suppress_health_check=list(hypothesis.HealthCheck),
-            stateful_step_count=8,
-        )
-    )
+    failures = run_stateful(schema, target, caller, runs=10, steps=8)
     assert not failures, "\n".join(failures)
