@@ -14,6 +14,7 @@ past the 404 and the 428. Seeded (the same cases every run), bounded, never shru
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -263,34 +264,46 @@ def _describe(exc: BaseException, case: Any) -> str:
     return f"{titles} <- {case.as_curl_command()[:400]}"
 
 
-def stateful_machine(schema: Any, target: Target, caller: Caller, failures: list[str]) -> type[Any]:
+def stateful_machine(schema: Any, target: Target, admin: Caller, failures: list[str]) -> type[Any]:
     """Schemathesis's state machine over the document's links (inferred from the
-    operations' bodies and parameters), calling as ``caller`` in the fuzzed
-    workspace. Failures go to ``failures`` rather than stopping the run: the
-    server's state changes under a replay, which Hypothesis would call flaky."""
+    operations' bodies and parameters), as an instance admin, each run in a new
+    workspace: a run that found another run's leftovers would take other paths
+    on a replay, which Hypothesis refuses as flaky. Failures go to ``failures``
+    rather than stopping the run, for the same reason."""
     base: Any = schema.as_state_machine()
+    runs = itertools.count()
 
     class Machine(base):  # type: ignore[misc]
+        def setup(self) -> None:
+            self.workspace = f"{target.workspace}-s{next(runs)}"
+            made = httpx.post(
+                f"{target.base_url}{API}/workspaces",
+                json={"slug": self.workspace},
+                headers=admin.headers,
+                timeout=30,
+            )
+            assert made.status_code == 201, made.text
+
         def get_call_kwargs(self, case: Any) -> dict[str, Any]:
             if case.path_parameters and "workspace" in case.path_parameters:
-                case.path_parameters["workspace"] = target.workspace
+                case.path_parameters["workspace"] = self.workspace
             if isinstance(case.body, dict) and "import" in case.path:
                 case.body.pop("url", None)
-            return {"base_url": target.base_url, "headers": caller.headers}
+            return {"base_url": target.base_url, "headers": admin.headers}
 
         def validate_response(self, response: Any, case: Any, **kwargs: Any) -> None:
             try:
                 case.validate_response(response, checks=CHECKS)
             except (Failure, FailureGroup) as exc:
-                failures.append(f"[{caller.role}, stateful] {_describe(exc, case)}")
+                failures.append(f"[{admin.role}, stateful] {_describe(exc, case)}")
 
     return Machine
 
 
-def run_stateful(schema: Any, target: Target, caller: Caller, runs: int, steps: int) -> list[str]:
+def run_stateful(schema: Any, target: Target, admin: Caller, runs: int, steps: int) -> list[str]:
     """``runs`` sequences of up to ``steps`` linked requests, seeded; their failures."""
     failures: list[str] = []
-    stateful_machine(schema, target, caller, failures).run(
+    stateful_machine(schema, target, admin, failures).run(
         settings=hypothesis.settings(
             max_examples=runs,
             derandomize=True,
