@@ -12,6 +12,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 
 from control_plane.access import check_declared_access
 from control_plane.admission import admit
+from control_plane.api_document import ValidatorConstraints, document_routes
 from control_plane.console.router import (
     PREFIX as CONSOLE_PREFIX,
 )
@@ -99,6 +100,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         # Admission reads bodies under each route's own limit; this only backs it up.
         request_max_body_size=max(settings.max_body_bytes, settings.max_document_bytes),
         signature_namespace={"Connection": Connection},
+        plugins=[ValidatorConstraints()],  # the validators' constraints, in the document
         openapi_config=OpenAPIConfig(
             title="Crank control plane",
             version="1",
@@ -120,4 +122,5 @@ def create_app(settings: Settings | None = None) -> Litestar:
     )
     check_declared_access(app.routes, under=API_PREFIX, public=(SCHEMA_PATH,), admission=admit)
     check_declared_access(app.routes, under=CONSOLE_PREFIX, public=SIGN_IN_PATHS, admission=admit)
+    document_routes(app.routes, under=API_PREFIX)  # errors, If-Match, ETag, examples
     return app

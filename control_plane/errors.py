@@ -117,6 +117,7 @@ class Conflict(ApiError):
 
     status_code = 409
     code = "conflict"
+    codes = ("stale_revision", "already_exists", "stored_spec_invalid")  # for the API document
 
 
 class BodyTooLarge(ApiError):

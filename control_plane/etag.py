@@ -13,11 +13,21 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from litestar.datastructures import ResponseHeader
+
 from control_plane.errors import Conflict, PreconditionRequired
 
 # Bounded digits: the values are compared in Python only, but int() of a
 # 5000-digit string raises.
 _ETAG = re.compile(r'(?:W/)?"(\d{1,19})\.r(\d{1,9})"')
+ETAG_PATTERN = f"^{_ETAG.pattern}$"  # what the document says If-Match and ETag hold
+# Declared on each handler that sends it (``response_headers=[ETAG_HEADER]``); the
+# handler sets the value, this only documents it (control_plane.api_document).
+ETAG_HEADER = ResponseHeader(
+    name="ETag",
+    documentation_only=True,
+    description='The resource\'s ETag, `"<id>.r<revision>"`: send it back as `If-Match`.',
+)
 
 
 class Precondition(NamedTuple):

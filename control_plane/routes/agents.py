@@ -15,11 +15,13 @@ from typing import Any
 
 import msgspec
 from litestar import Controller, Response, delete, get, post, put
-from litestar.params import FromPath, JSONBody
+from litestar.params import JSONBody
 
+from control_plane.api_document import AgentSlugPath
 from control_plane.auth import Role
 from control_plane.deps import Caller, CurrentWorkspace, DbConn, IfMatch
-from control_plane.etag import etag
+from control_plane.errors import Conflict, LintFailed
+from control_plane.etag import ETAG_HEADER, etag
 from control_plane.lint import Finding
 from control_plane.services.agents import (
     AgentRow,
@@ -115,7 +117,13 @@ class AgentController(Controller):
             ]
         )
 
-    @post("/", access=Role.EDITOR, summary="Create an agent draft")
+    @post(
+        "/",
+        access=Role.EDITOR,
+        summary="Create an agent draft",
+        response_headers=[ETAG_HEADER],
+        errors=[Conflict],
+    )
     async def create(
         self, ws: CurrentWorkspace, data: JSONBody[AgentSpec], conn: DbConn, principal: Caller
     ) -> Response[AgentView]:
@@ -125,17 +133,23 @@ class AgentController(Controller):
         "/{slug:str}",
         access=Role.VIEWER,
         summary="Read an agent: its draft and its published state",
+        response_headers=[ETAG_HEADER],
     )
     async def read(
-        self, ws: CurrentWorkspace, slug: FromPath[str], conn: DbConn
+        self, ws: CurrentWorkspace, slug: AgentSlugPath, conn: DbConn
     ) -> Response[AgentView]:
         return _with_etag(await require_agent(conn, ws, slug))
 
-    @put("/{slug:str}", access=Role.EDITOR, summary="Replace an agent's draft (If-Match required)")
+    @put(
+        "/{slug:str}",
+        access=Role.EDITOR,
+        summary="Replace an agent's draft (If-Match required)",
+        response_headers=[ETAG_HEADER],
+    )
     async def replace(
         self,
         ws: CurrentWorkspace,
-        slug: FromPath[str],
+        slug: AgentSlugPath,
         data: JSONBody[AgentSpec],
         if_match: IfMatch,
         conn: DbConn,
@@ -153,11 +167,13 @@ class AgentController(Controller):
             "catalog until they are published; each is reported in `warnings`. Publishing a "
             "draft equal to the published state answers `changed: false` and makes no version."
         ),
+        response_headers=[ETAG_HEADER],
+        errors=[LintFailed],
     )
     async def publish(
         self,
         ws: CurrentWorkspace,
-        slug: FromPath[str],
+        slug: AgentSlugPath,
         if_match: IfMatch,
         conn: DbConn,
         principal: Caller,
@@ -177,11 +193,12 @@ class AgentController(Controller):
         access=Role.EDITOR,
         status_code=200,
         summary="Take the agent off the gateways (If-Match required)",
+        response_headers=[ETAG_HEADER],
     )
     async def unpublish(
         self,
         ws: CurrentWorkspace,
-        slug: FromPath[str],
+        slug: AgentSlugPath,
         if_match: IfMatch,
         conn: DbConn,
         principal: Caller,
@@ -196,7 +213,7 @@ class AgentController(Controller):
     async def remove(
         self,
         ws: CurrentWorkspace,
-        slug: FromPath[str],
+        slug: AgentSlugPath,
         if_match: IfMatch,
         conn: DbConn,
         principal: Caller,

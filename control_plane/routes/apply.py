@@ -33,6 +33,7 @@ from shared.engine.spec_validation import FieldError
     body_limit=BodyLimit.DOCUMENT,
     status_code=HTTP_200_OK,
     tags=["apply"],
+    errors=[LintFailed],
     summary="Apply an operation file: create, update and optionally publish",
     description=(
         "Idempotent: a second apply of the same file reports every resource unchanged "

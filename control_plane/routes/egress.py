@@ -14,8 +14,10 @@ import msgspec
 from litestar import Controller, Response, get, put
 from litestar.params import JSONBody
 
+from control_plane.api_document import body_example, constrain
 from control_plane.auth import Role
 from control_plane.deps import Caller, CurrentWorkspace, DbConn, IfMatch
+from control_plane.etag import ETAG_HEADER
 from control_plane.services.egress import (
     EgressRow,
     EgressView,
@@ -23,6 +25,7 @@ from control_plane.services.egress import (
     set_grants,
     set_hosts,
 )
+from shared.engine.egress import MAX_EGRESS_ENTRIES
 
 
 class HostsSet(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -31,6 +34,18 @@ class HostsSet(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class GrantsSet(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     grants: list[str]
+
+
+constrain(HostsSet, {"hosts": {"max_items": MAX_EGRESS_ENTRIES}})
+constrain(GrantsSet, {"grants": {"max_items": MAX_EGRESS_ENTRIES}})
+body_example(
+    HostsSet,
+    "Two hosts and the subdomains of a third",
+    {"hosts": ["api.example.com", "*.example.org", "status.example.net"]},
+)
+body_example(
+    GrantsSet, "A private host and an address", {"grants": ["billing.internal:8443", "10.0.0.7"]}
+)
 
 
 def _with_etag(row: EgressRow) -> Response[EgressView]:
@@ -46,6 +61,7 @@ class EgressController(Controller):
         access=Role.VIEWER,
         summary="Read the workspace's egress policy",
         description="The hosts its operations may call (null: any) and its private grants.",
+        response_headers=[ETAG_HEADER],
     )
     async def read(self, ws: CurrentWorkspace, conn: DbConn) -> Response[EgressView]:
         return _with_etag(await read_egress(conn, ws))
@@ -54,6 +70,7 @@ class EgressController(Controller):
         "/hosts",
         access=Role.OWNER,
         summary="Replace the host list (If-Match required)",
+        response_headers=[ETAG_HEADER],
         description=(
             "Host names, `*.domain` (its subdomains) or IP addresses the workspace's "
             "operations may call, redirects included; null allows any host. It narrows "
@@ -74,6 +91,7 @@ class EgressController(Controller):
         "/grants",
         access=Role.INSTANCE_ADMIN,
         summary="Replace the private grants (instance admins; If-Match required)",
+        response_headers=[ETAG_HEADER],
         description=(
             "Private destinations this workspace may reach, written like "
             "`CRANK_UPSTREAM_ALLOWLIST` entries (`host:port`, `ip:port`, `ip`, "

@@ -14,11 +14,15 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from litestar import Request, Response, get
+from litestar.datastructures import ResponseHeader
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromQuery, QueryParameter
 
 from control_plane.auth import Role
 from control_plane.deps import CurrentWorkspace, DbConn
+from control_plane.errors import Conflict
 from control_plane.services.export import ExportFormat, export_workspace, render, to_document
+from shared.engine.spec import CrankFile
 
 FormatQuery = Annotated[
     Literal["yaml", "json"] | None,
@@ -30,6 +34,21 @@ _MEDIA_TYPES: dict[ExportFormat, str] = {
     "yaml": "application/yaml; charset=utf-8",
     "json": "application/json",
 }
+# The answer is rendered here (YAML or JSON), so the document names its schema:
+# the operation file, in either media type (the YAML parses to the same object).
+_THE_FILE = ResponseSpec(
+    data_container=CrankFile,
+    generate_examples=False,
+    description="The operation file, as JSON or YAML",
+)
+_HEADERS = [
+    ResponseHeader(name="Vary", documentation_only=True, description="`Accept`"),
+    ResponseHeader(
+        name=DROPPED_HEADER,
+        documentation_only=True,
+        description="Bindings left out to keep the file applicable: `agent/operation`, ...",
+    ),
+]
 
 
 def _negotiate(request: Request[Any, Any, Any], fmt: ExportFormat | None) -> ExportFormat:
@@ -49,6 +68,10 @@ def _negotiate(request: Request[Any, Any, Any], fmt: ExportFormat | None) -> Exp
         "versions, published agents). `format=yaml|json`, else YAML when `Accept` names it, "
         "else JSON. Never secret values; `request.auth.secret` names only. Needs the viewer role."
     ),
+    responses={200: _THE_FILE},
+    response_headers=_HEADERS,
+    errors=[Conflict],
+    also_as=[_MEDIA_TYPES["yaml"].split(";")[0]],
 )
 async def export_workspace_file(
     request: Request[Any, Any, Any],

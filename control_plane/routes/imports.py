@@ -18,6 +18,7 @@ from litestar import post
 from litestar.params import JSONBody
 from litestar.status_codes import HTTP_200_OK
 
+from control_plane.api_document import body_example
 from control_plane.auth import Role
 from control_plane.deps import Caller, CrankState, CurrentWorkspace, DbConn
 from control_plane.errors import BadRequest
@@ -46,6 +47,37 @@ class OpenApiImportRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=T
     name_prefix: str = ""
     dry_run: bool = False
     overwrite: bool = False  # also replace drafts edited since the last import
+
+
+body_example(
+    OpenApiImportRequest,
+    "A one-operation OpenAPI document, imported as drafts without writing (dry run)",
+    {
+        "document": {
+            "openapi": "3.0.3",
+            "info": {"title": "Orders", "version": "1"},
+            "servers": [{"url": "https://api.example.com"}],
+            "paths": {
+                "/orders/{order_id}": {
+                    "get": {
+                        "operationId": "get_order",
+                        "summary": "Get one order by id",
+                        "parameters": [
+                            {
+                                "name": "order_id",
+                                "in": "path",
+                                "required": True,
+                                "schema": {"type": "string"},
+                            }
+                        ],
+                        "responses": {"200": {"description": "The order"}},
+                    }
+                }
+            },
+        },
+        "dry_run": True,
+    },
+)
 
 
 def _convert(data: OpenApiImportRequest, raw: bytes | None) -> ImportResult:

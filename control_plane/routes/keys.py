@@ -14,8 +14,11 @@ import msgspec
 from litestar import Controller, delete, get, post
 from litestar.params import FromPath, FromQuery, JSONBody
 
+from control_plane.api_document import body_example, constrain
+from control_plane.api_document.constraints import AGENT_SLUG
 from control_plane.auth import Role
 from control_plane.deps import Caller, CrankState, CurrentWorkspace, DbConn
+from control_plane.errors import Conflict
 from control_plane.services.keys import (
     IssuedKey,
     KeyView,
@@ -30,6 +33,10 @@ class KeyCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     kind: Literal["agent", "approval"] = "agent"
     name: Annotated[str, msgspec.Meta(max_length=200)] = ""
     expires_at: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
+
+
+constrain(KeyCreate, {"agent": AGENT_SLUG})
+body_example(KeyCreate, "An agent key", {"agent": "support", "kind": "agent", "name": "laptop"})
 
 
 class KeyList(msgspec.Struct, kw_only=True):
@@ -50,6 +57,7 @@ class KeyController(Controller):
         "/",
         access=Role.OWNER,
         summary="Create an API key; the response holds the key, shown this once",
+        errors=[Conflict],
     )
     async def create(
         self,

@@ -14,9 +14,10 @@ from typing import Any
 
 import msgspec
 from litestar import get, post
-from litestar.params import FromPath, JSONBody
+from litestar.params import JSONBody
 from litestar.status_codes import HTTP_200_OK
 
+from control_plane.api_document import AgentSlugPath, OperationNamePath
 from control_plane.auth import Role
 from control_plane.deps import CurrentWorkspace, DbConn
 from control_plane.lint import Finding
@@ -55,7 +56,7 @@ async def lint_file_route(
     summary="Lint an operation's draft",
 )
 async def lint_operation_draft(
-    ws: CurrentWorkspace, name: FromPath[str], conn: DbConn
+    ws: CurrentWorkspace, name: OperationNamePath, conn: DbConn
 ) -> LintReport:
     row = await require_operation(conn, ws, name)
     return LintReport(findings=lint_stored(row.draft))
@@ -67,7 +68,7 @@ async def lint_operation_draft(
     tags=["lint"],
     summary="Lint an agent's draft against the operations it binds",
 )
-async def lint_agent_route(ws: CurrentWorkspace, slug: FromPath[str], conn: DbConn) -> LintReport:
+async def lint_agent_route(ws: CurrentWorkspace, slug: AgentSlugPath, conn: DbConn) -> LintReport:
     row = await require_agent(conn, ws, slug)
     return LintReport(findings=await lint_agent_draft(conn, ws, row.draft))
 

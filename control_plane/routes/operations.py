@@ -13,13 +13,15 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Controller, Response, delete, get, post, put
-from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import FromQuery, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
+from control_plane.api_document import OperationNamePath, VersionPath
 from control_plane.auth import Role
 from control_plane.deps import Caller, CurrentWorkspace, DbConn, IfMatch
-from control_plane.errors import ValidationFailed
-from control_plane.etag import Precondition, etag
+from control_plane.errors import Conflict, LintFailed, ValidationFailed
+from control_plane.etag import ETAG_HEADER, Precondition, etag
 from control_plane.services import operations as service
 from shared.engine.spec import OperationSpec, operation_from_builtins
 from shared.engine.spec_validation import FieldError
@@ -80,6 +82,14 @@ SearchText = Annotated[
 ]
 
 
+# A publish or rollback that makes no version answers 200 (201 when it makes one).
+_UNCHANGED = ResponseSpec(
+    data_container=service.PublishResult,
+    generate_examples=False,
+    description="Nothing to publish: the draft equals the latest version (`changed: false`)",
+)
+
+
 class OperationController(Controller):
     path = "/workspaces/{workspace:str}/operations"
     tags = ["operations"]
@@ -99,7 +109,13 @@ class OperationController(Controller):
         )
         return OperationList(items=items, next_cursor=next_cursor)
 
-    @post("/", access=Role.EDITOR, summary="Create an operation (its draft; nothing is published)")
+    @post(
+        "/",
+        access=Role.EDITOR,
+        summary="Create an operation (its draft; nothing is published)",
+        response_headers=[ETAG_HEADER],
+        errors=[Conflict],
+    )
     async def create(
         self,
         ws: CurrentWorkspace,
@@ -114,17 +130,23 @@ class OperationController(Controller):
         "/{name:str}",
         access=Role.VIEWER,
         summary="Read an operation's draft; the ETag is its revision",
+        response_headers=[ETAG_HEADER],
     )
     async def read(
-        self, ws: CurrentWorkspace, name: FromPath[str], conn: DbConn
+        self, ws: CurrentWorkspace, name: OperationNamePath, conn: DbConn
     ) -> Response[OperationView]:
         return _view(await service.require_operation(conn, ws, name))
 
-    @put("/{name:str}", access=Role.EDITOR, summary="Replace the draft (If-Match required)")
+    @put(
+        "/{name:str}",
+        access=Role.EDITOR,
+        summary="Replace the draft (If-Match required)",
+        response_headers=[ETAG_HEADER],
+    )
     async def update(
         self,
         ws: CurrentWorkspace,
-        name: FromPath[str],
+        name: OperationNamePath,
         data: JSONBody[OperationSpec],
         if_match: IfMatch,
         conn: DbConn,
@@ -138,11 +160,13 @@ class OperationController(Controller):
         access=Role.EDITOR,
         status_code=HTTP_200_OK,
         summary="Discard the draft: back to the latest version, or delete if never published",
+        description="The ETag is sent when an earlier version remains (not when it was deleted).",
+        response_headers=[ETAG_HEADER],
     )
     async def discard_draft(
         self,
         ws: CurrentWorkspace,
-        name: FromPath[str],
+        name: OperationNamePath,
         if_match: IfMatch,
         conn: DbConn,
         principal: Caller,
@@ -155,11 +179,14 @@ class OperationController(Controller):
         "/{name:str}/publish",
         access=Role.EDITOR,
         summary="Publish the draft as a new version (201), or nothing if unchanged (200)",
+        response_headers=[ETAG_HEADER],
+        responses={HTTP_200_OK: _UNCHANGED},
+        errors=[LintFailed],
     )
     async def publish(
         self,
         ws: CurrentWorkspace,
-        name: FromPath[str],
+        name: OperationNamePath,
         if_match: IfMatch,
         conn: DbConn,
         principal: Caller,
@@ -171,7 +198,7 @@ class OperationController(Controller):
         "/{name:str}/versions", access=Role.VIEWER, summary="List published versions, newest first"
     )
     async def versions(
-        self, ws: CurrentWorkspace, name: FromPath[str], conn: DbConn
+        self, ws: CurrentWorkspace, name: OperationNamePath, conn: DbConn
     ) -> VersionList:
         return VersionList(items=await service.list_versions(conn, ws, name))
 
@@ -181,7 +208,7 @@ class OperationController(Controller):
         summary="Read one published version",
     )
     async def version(
-        self, ws: CurrentWorkspace, name: FromPath[str], version: FromPath[int], conn: DbConn
+        self, ws: CurrentWorkspace, name: OperationNamePath, version: VersionPath, conn: DbConn
     ) -> VersionView:
         row = await service.get_version(conn, ws, name, version)
         return VersionView(
@@ -193,7 +220,9 @@ class OperationController(Controller):
         )
 
     @get("/{name:str}/diff", access=Role.VIEWER, summary="What publishing the draft would change")
-    async def diff(self, ws: CurrentWorkspace, name: FromPath[str], conn: DbConn) -> service.Diff:
+    async def diff(
+        self, ws: CurrentWorkspace, name: OperationNamePath, conn: DbConn
+    ) -> service.Diff:
         return await service.diff_operation(conn, ws, name)
 
     @get(
@@ -204,7 +233,7 @@ class OperationController(Controller):
     async def compare(
         self,
         ws: CurrentWorkspace,
-        name: FromPath[str],
+        name: OperationNamePath,
         conn: DbConn,
         before: SpecRefQuery = "",
         after: SpecRefQuery = service.DRAFT,
@@ -226,12 +255,15 @@ class OperationController(Controller):
         "/{name:str}/versions/{version:int}/rollback",
         access=Role.EDITOR,
         summary="Publish an earlier version again as a new version; the draft becomes it",
+        response_headers=[ETAG_HEADER],
+        responses={HTTP_200_OK: _UNCHANGED},
+        errors=[LintFailed],
     )
     async def rollback(
         self,
         ws: CurrentWorkspace,
-        name: FromPath[str],
-        version: FromPath[int],
+        name: OperationNamePath,
+        version: VersionPath,
         if_match: IfMatch,
         conn: DbConn,
         principal: Caller,

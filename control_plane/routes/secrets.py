@@ -14,9 +14,10 @@ from typing import Any
 import msgspec
 from litestar import Controller, Response, delete, get, post, put
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import FromPath, JSONBody
+from litestar.params import JSONBody
 
 from control_plane.access import INSTANCE_ADMIN
+from control_plane.api_document import SecretNamePath, body_example
 from control_plane.auth import Role
 from control_plane.deps import Caller, CrankState, CurrentWorkspace, DbConn
 from control_plane.services.key_rotation import RotationReport, rotate_key
@@ -25,6 +26,9 @@ from control_plane.services.secrets import SecretView, delete_secret, list_secre
 
 class SecretSet(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     value: str
+
+
+body_example(SecretSet, "A secret's value", {"value": "sk_live_example"})
 
 
 class SecretList(msgspec.Struct, kw_only=True):
@@ -49,7 +53,7 @@ class SecretController(Controller):
     async def store(
         self,
         ws: CurrentWorkspace,
-        name: FromPath[str],
+        name: SecretNamePath,
         data: JSONBody[SecretSet],
         conn: DbConn,
         principal: Caller,
@@ -60,7 +64,7 @@ class SecretController(Controller):
 
     @delete("/{name:str}", access=Role.EDITOR, summary="Delete a secret")
     async def remove(
-        self, ws: CurrentWorkspace, name: FromPath[str], conn: DbConn, principal: Caller
+        self, ws: CurrentWorkspace, name: SecretNamePath, conn: DbConn, principal: Caller
     ) -> None:
         await delete_secret(conn, ws, principal.actor, name)
 

@@ -12,12 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import post
-from litestar.params import FromPath, JSONBody
+from litestar.params import JSONBody
 from litestar.status_codes import HTTP_200_OK
 
+from control_plane.api_document import OperationNamePath, body_example
 from control_plane.auth import Role
 from control_plane.deps import Caller, CrankState, CurrentWorkspace, DbConn
 from control_plane.services.try_it import TryReport, TryRequest, try_operation
+
+body_example(TryRequest, "A GET tried with one argument", {"arguments": {"order_id": "A-1001"}})
 
 
 @post(
@@ -40,7 +43,7 @@ from control_plane.services.try_it import TryReport, TryRequest, try_operation
 )
 async def try_operation_draft(
     ws: CurrentWorkspace,
-    name: FromPath[str],
+    name: OperationNamePath,
     data: JSONBody[TryRequest],
     conn: DbConn,
     principal: Caller,

@@ -15,6 +15,7 @@ import msgspec
 from litestar import Controller, delete, get, post
 from litestar.params import FromPath, FromQuery, JSONBody
 
+from control_plane.api_document import AgentSlugPath
 from control_plane.auth import Role
 from control_plane.deps import Caller, CrankState, CurrentWorkspace, DbConn
 from control_plane.services.audit_query import DEFAULT_LIMIT
@@ -40,7 +41,7 @@ class WebhookController(Controller):
     tags = ["webhooks"]
 
     @get("/", access=Role.VIEWER, summary="List an agent's webhook subscriptions")
-    async def list(self, ws: CurrentWorkspace, agent: FromPath[str], conn: DbConn) -> WebhookList:
+    async def list(self, ws: CurrentWorkspace, agent: AgentSlugPath, conn: DbConn) -> WebhookList:
         return WebhookList(items=await list_webhooks(conn, ws, agent))
 
     @post(
@@ -51,7 +52,7 @@ class WebhookController(Controller):
     async def create(
         self,
         ws: CurrentWorkspace,
-        agent: FromPath[str],
+        agent: AgentSlugPath,
         data: JSONBody[WebhookSpec],
         conn: DbConn,
         principal: Caller,
@@ -61,7 +62,7 @@ class WebhookController(Controller):
 
     @get("/{webhook_id:str}", access=Role.VIEWER, summary="Read one webhook subscription")
     async def read(
-        self, ws: CurrentWorkspace, agent: FromPath[str], webhook_id: FromPath[str], conn: DbConn
+        self, ws: CurrentWorkspace, agent: AgentSlugPath, webhook_id: FromPath[str], conn: DbConn
     ) -> WebhookView:
         return await get_webhook(conn, ws, agent, webhook_id)
 
@@ -75,7 +76,7 @@ class WebhookController(Controller):
     async def revoke(
         self,
         ws: CurrentWorkspace,
-        agent: FromPath[str],
+        agent: AgentSlugPath,
         webhook_id: FromPath[str],
         conn: DbConn,
         principal: Caller,
@@ -91,7 +92,7 @@ class WebhookController(Controller):
     async def deliveries(
         self,
         ws: CurrentWorkspace,
-        agent: FromPath[str],
+        agent: AgentSlugPath,
         webhook_id: FromPath[str],
         conn: DbConn,
         limit: FromQuery[int] = DEFAULT_LIMIT,

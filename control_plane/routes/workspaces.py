@@ -7,8 +7,11 @@ from litestar import Controller, get, post
 from litestar.params import JSONBody
 
 from control_plane.access import ANY_CALLER, INSTANCE_ADMIN
+from control_plane.api_document import body_example, constrain
+from control_plane.api_document.constraints import WORKSPACE_SLUG
 from control_plane.auth import Role
 from control_plane.deps import Caller, CurrentWorkspace, DbConn
+from control_plane.errors import Conflict
 from control_plane.services.workspaces import (
     WorkspaceView,
     create_workspace,
@@ -20,6 +23,10 @@ from control_plane.services.workspaces import (
 class WorkspaceCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     slug: str
     title: str = ""
+
+
+constrain(WorkspaceCreate, {"slug": {"pattern": WORKSPACE_SLUG}})
+body_example(WorkspaceCreate, "A workspace", {"slug": "payments", "title": "Payments"})
 
 
 class WorkspaceList(msgspec.Struct, kw_only=True):
@@ -56,7 +63,12 @@ class WorkspaceController(Controller):
     async def list(self, conn: DbConn, principal: Caller) -> WorkspaceList:
         return WorkspaceList(items=await list_workspaces(conn, principal))
 
-    @post("/", access=INSTANCE_ADMIN, summary="Create a workspace (instance admins only)")
+    @post(
+        "/",
+        access=INSTANCE_ADMIN,
+        summary="Create a workspace (instance admins only)",
+        errors=[Conflict],
+    )
     async def create(
         self, data: JSONBody[WorkspaceCreate], conn: DbConn, principal: Caller
     ) -> WorkspaceView:
