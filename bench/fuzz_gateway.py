@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -55,6 +56,8 @@ from tests.gateway.fuzz.wire import Sent, send  # noqa: E402
 from tests.support.db import TEST_SECRET_KEY  # noqa: E402
 from tests.support.gateway import Gateway, run_gateway  # noqa: E402
 
+STOP = threading.Event()
+
 
 def _fuzz_round(target: Target, examples: int, round_number: int) -> list[str]:
     """One round of every run, with fresh random cases; the violations found (each
@@ -76,6 +79,8 @@ def _fuzz_round(target: Target, examples: int, round_number: int) -> list[str]:
     ]
     violations = []
     for name, run in runs:
+        if STOP.is_set():
+            break
         try:
             run()
         except Exception as exc:  # a violation (or several): report, go on
@@ -90,7 +95,7 @@ def _fuzz(target: Target, gateway: Gateway, args: argparse.Namespace) -> int:
     start_rss, _ = worker_rss_mib(gateway.process.pid)
     violations: list[str] = []
     rounds = 0
-    while rounds == 0 or time.monotonic() - started < args.duration:
+    while not STOP.is_set() and (rounds == 0 or time.monotonic() - started < args.duration):
         violations += _fuzz_round(target, args.examples, rounds)
         rounds += 1
         total = sum(target.outcomes.values())
@@ -134,7 +139,11 @@ async def main(args: argparse.Namespace) -> int:
             async with run_gateway(url, workdir, extra_env=env) as gateway:
                 target = Target(gateway.port, keys, echo)
                 # The cases block; the event loop has nothing else to do meanwhile.
-                return await asyncio.to_thread(_fuzz, target, gateway, args)
+                try:
+                    return await asyncio.to_thread(_fuzz, target, gateway, args)
+                except BaseException:  # Ctrl-C: the thread stops after its current run
+                    STOP.set()
+                    raise
     finally:
         drop_database(server, name)
         print(f"gateway log: {workdir}")

@@ -84,6 +84,7 @@ json_scalars = (
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=30)
 )
+_lone_surrogates = st.text(alphabet=st.characters(categories=["Cs"]), min_size=1, max_size=3)
 json_values = st.recursive(
     json_scalars,
     lambda children: (
@@ -315,7 +316,7 @@ def rpc_messages(draw: st.DrawFn, modern: bool = False) -> Any:
 @st.composite
 def _bodies(draw: st.DrawFn, modern: bool) -> tuple[bytes, Any]:
     """(body bytes, the message it holds when it is one)."""
-    kind = draw(st.integers(0, 29))  # 0-21: one message, the rest in the order below
+    kind = draw(st.integers(0, 29))  # 0-20: one message, the rest in the order below
     if kind == 29:
         return draw(st.binary(max_size=300)), None
     if kind == 28:  # nested around the 64-level bound, or far past it
@@ -339,6 +340,10 @@ def _bodies(draw: st.DrawFn, modern: bool) -> tuple[bytes, Any]:
         cut = draw(st.integers(0, len(body) - 1))
         body = body[:cut] + draw(st.binary(max_size=2)) + body[cut + 1 :]
         return body, None
+    if kind == 21:  # every non-ASCII character escaped, and a lone surrogate ("\\ud800")
+        if isinstance(message, dict) and isinstance(message.get("params"), dict):
+            message["params"][draw(st.text(max_size=5))] = draw(_lone_surrogates)
+        return json.dumps(message, allow_nan=False).encode(), message
     return body, message
 
 
@@ -537,7 +542,7 @@ def approval_requests(
     usual = "POST" if action else "GET"
     method = _pick(draw, usual.encode(), (b"GET", b"POST", b"OPTIONS", b"PUT", b"DELETE"))
     method_text = (method or b"PATCH").decode("latin-1")
-    if not method_text or not method_text.isalpha():
+    if not (method_text.isascii() and method_text.isalpha()):
         method_text = "PATCH"
     headers: list[Header] = []
     authorization = _authorization(
