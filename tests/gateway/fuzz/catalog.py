@@ -56,6 +56,7 @@ INPUT_SCHEMAS: dict[str, dict[str, Any]] = {
         "properties": {
             "version": {"const": 2},
             "step": {"type": "integer", "multipleOf": 5},
+            "price": {"type": "number", "multipleOf": 0.01, "minimum": 0},
             "maybe": {"type": ["string", "null"], "maxLength": 8},
             "mixed": {"enum": [1, "one", True, None, [1], {"a": 1}]},
             "weight": {"type": "number", "minimum": -10.5, "maximum": 10.5},
