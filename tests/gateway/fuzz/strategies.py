@@ -231,7 +231,10 @@ def mutated_arguments(tool: str) -> st.SearchStrategy[Any]:
 
 _ids = st.integers(min_value=-(2**53), max_value=2**53) | st.text(max_size=20)
 _odd_ids = (
-    st.none() | st.booleans() | st.floats(allow_nan=False) | st.lists(st.integers(), max_size=2)
+    st.none()
+    | st.booleans()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.lists(st.integers(), max_size=2)
 )
 
 
