@@ -15,6 +15,12 @@ from urllib.parse import unquote
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.gateway.fuzz.arguments import (
+    dumps,
+    mutated_arguments,
+    reference_valid,
+    valid_arguments,
+)
 from tests.gateway.fuzz.catalog import (
     APPROVAL_TOOL,
     MCP_PATH,
@@ -32,11 +38,7 @@ from tests.gateway.fuzz.strategies import (
     META_VERSION,
     MODERN_VERSION,
     approval_requests,
-    dumps,
     mcp_requests,
-    mutated_arguments,
-    reference_valid,
-    valid_arguments,
 )
 from tests.gateway.fuzz.wire import Answer, Sent, send
 
