@@ -189,7 +189,9 @@ async def tools_call(call: Exchange, message: Message, *, modern: bool) -> bytes
         value = await _execute(
             ctx,
             tool,
-            message.params.get("arguments") or {},
+            # Absent or null is no arguments; anything else not an object (``[]``,
+            # ``false``, ``""``) is invalid_arguments, never taken for ``{}``.
+            message.params.get("arguments"),
             upstream,
             wrap_arrays=not modern,
             human=human,

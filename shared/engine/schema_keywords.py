@@ -4,9 +4,11 @@ jsonschema's own ``pattern``, ``patternProperties`` and ``additionalProperties``
 (which reads the patterns too) run Python's backtracking ``re``, its
 ``format: regex`` compiles the caller's value with ``re``, and its
 ``uniqueItems`` falls back to comparing every pair (O(n²)) as soon as an item
-is an object. ``ArgumentSchemaValidator`` is Draft 2020-12 with those keywords
-replaced: regexes through ``shared.engine.schema_patterns`` (RE2), uniqueness
-by hashing each item's canonical form (docs/architecture.md, "Schema patterns").
+is an object, and its ``multipleOf`` divides binary floats (``19.99`` is no
+multiple of ``0.01`` there). ``ArgumentSchemaValidator`` is Draft 2020-12 with
+those keywords replaced: regexes through ``shared.engine.schema_patterns``
+(RE2), uniqueness by hashing each item's canonical form, ``multipleOf`` on the
+exact decimal values (docs/architecture.md, "Schema patterns").
 
 ``unevaluatedProperties`` reads ``patternProperties`` deep inside jsonschema,
 with ``re``; a schema with both is refused on write, and one stored before
@@ -16,6 +18,7 @@ that fails closed here (``prepare_argument_schema``).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from fractions import Fraction
 from typing import Any
 
 from jsonschema import Draft202012Validator, FormatChecker, validators
@@ -139,6 +142,20 @@ def _unique_items(
         yield ValidationError("has non-unique elements")
 
 
+def _exact(number: int | float) -> Fraction:
+    """The decimal a JSON number spells: a float by its shortest repr, exactly."""
+    return Fraction(repr(number)) if isinstance(number, float) else Fraction(number)
+
+
+def _multiple_of(
+    validator: Any, multiple: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "number") or not validator.is_type(multiple, "number"):
+        return
+    if _exact(instance) % _exact(multiple):
+        yield ValidationError(f"{instance!r} is not a multiple of {multiple!r}")
+
+
 def _unsupported(
     validator: Any, reason: str, instance: Any, schema: Any
 ) -> Iterator[ValidationError]:
@@ -152,6 +169,7 @@ ArgumentSchemaValidator: Any = validators.extend(  # type: ignore[no-untyped-cal
         "patternProperties": _pattern_properties,
         "additionalProperties": _additional_properties,
         "uniqueItems": _unique_items,
+        "multipleOf": _multiple_of,
         _UNSUPPORTED: _unsupported,
     },
 )
