@@ -1,7 +1,7 @@
 """Soak with faults: two gateway replicas under mixed load while things break; the books must balance.
 
     .venv/bin/python bench/soak.py [--duration 600] [--cpu-target 0.7] [--max-rate 400]
-        [--recovery 10] [--keep-logs DIR]
+        [--recovery 10] [--drain 180] [--keep-logs DIR] [--ledger-json FILE]
 
 What runs (bench/soak_cluster.py): an embedded PostgreSQL of the soak's own (a
 fresh data directory in a temporary directory), two gateways (granian, one
@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import logging
 import os
 import resource
 import shutil
@@ -67,6 +69,7 @@ from bench.soak_ledger import (  # noqa: E402
 )
 from bench.soak_load import Client, Pacer  # noqa: E402
 from shared.db import connect  # noqa: E402
+from shared.logging import configure_logging  # noqa: E402
 
 PACE_EVERY_S = 5.0
 RSS_EVERY_S = 10.0
@@ -297,6 +300,19 @@ class Soak:
         return Facts(upstream, approvals, audited, deliveries, self.rss, self.kills, self.cpu)
 
 
+def log_events(log: Path) -> Counter[str]:
+    """The gateway's structured log lines by event and level (the soak runs it at warning)."""
+    events: Counter[str] = Counter()
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            events[f"{entry.get('event')} ({entry.get('level')})"] += 1
+    return events
+
+
 def log_errors(log: Path) -> int:
     """Lines logged at error or critical, and tracebacks nothing caught. A warning that
     carries its exception (a 503 while the database restarts) is not counted."""
@@ -382,6 +398,12 @@ async def run(args: argparse.Namespace, workdir: Path) -> int:
             print(f"{check.verdict}  {check.name}")
             for line in check.lines:
                 print(f"      {line}")
+        for label in (SURVIVOR, KILLED):
+            events = log_events(soak.processes[label].log)
+            print(
+                f"{label} log: "
+                + (", ".join(f"{e} {n}" for e, n in events.most_common()) or "quiet")
+            )
         errors = {label: log_errors(process.log) for label, process in soak.processes.items()}
         print(
             "errors in the processes' logs (level error, or a bare traceback): "
@@ -391,6 +413,25 @@ async def run(args: argparse.Namespace, workdir: Path) -> int:
             print("FAIL  drain: work was still open at the end")
         failed = not drained or not all(c.passed for c in checks)
         print(f"\nsoak: {'FAILED' if failed else 'passed'}")
+        if args.ledger_json is not None:
+            args.ledger_json.write_text(
+                json.dumps(
+                    {
+                        "passed": not failed,
+                        "drained": drained,
+                        "checks": [
+                            {"name": c.name, "verdict": c.verdict, "lines": c.lines} for c in checks
+                        ],
+                        "faults": [[w.name, w.start, w.end] for w in faults.windows],
+                        "flows": dict(books.flows),
+                        "approvals": len(facts.approvals),
+                        "accepted_idempotent": len(books.accepted),
+                        "confirmed_deletes": len(books.confirmed),
+                        "webhooks": len(facts.deliveries),
+                    },
+                    indent=2,
+                )
+            )
         return 1 if failed else 0
     finally:
         soak.close()
@@ -405,7 +446,10 @@ def main() -> int:
     parser.add_argument("--recovery", type=float, default=10.0, help="s after a fault it is blamed")
     parser.add_argument("--drain", type=float, default=180.0, help="s the drain may take (180)")
     parser.add_argument("--keep-logs", type=Path, help="copy the processes' logs here")
+    parser.add_argument("--ledger-json", type=Path, help="also write the ledger here as JSON")
     args = parser.parse_args()
+    configure_logging("warning", json=False)  # the in-process seeding logs every request
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     workdir = Path(tempfile.mkdtemp(prefix="crank-soak-"))
     try:
         return asyncio.run(run(args, workdir))
