@@ -67,6 +67,7 @@ sys.path.insert(0, str(ROOT))
 from bench.gateway_tools_call import (  # noqa: E402
     db_transactions,
     free_port,
+    group_stats,
     run_wrk,
     serve,
     stop,
@@ -237,19 +238,8 @@ async def wait_finished(url: str, timeout_s: float) -> None:
 
 def group_cpu_s(pgid: int) -> float:
     """User + system CPU seconds of every live process in the group (a gateway and its worker)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    ticks = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid:
-            ticks += int(fields[11]) + int(fields[12])
-    return ticks / tick
+    ticks = sum(int(fields[11]) + int(fields[12]) for fields in group_stats({pgid}))
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 async def upstream_counts(port: int) -> dict[str, int]:

@@ -209,17 +209,7 @@ class CpuMeter:
         return sum(fields[:3]) / self._tick
 
     def _ours_s(self) -> float:
-        ticks = 0
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    fields = stat.read().rpartition(")")[2].split()
-            except OSError:
-                continue
-            if int(fields[2]) in self._groups:  # pgrp
-                ticks += int(fields[11]) + int(fields[12])  # utime + stime
+        ticks = sum(int(f[11]) + int(f[12]) for f in group_stats(self._groups))  # utime + stime
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         me = resource.getrusage(resource.RUSAGE_SELF)
         return ticks / self._tick + sum(u.ru_utime + u.ru_stime for u in (children, me))
@@ -232,6 +222,24 @@ class CpuMeter:
         elapsed = time.monotonic() - t0
         other = (self._busy_s() - busy0) - (self._ours_s() - ours0)
         return max(0.0, 100 * other / elapsed)
+
+
+def group_stats(groups: set[int]) -> list[list[str]]:
+    """/proc/<pid>/stat of every live process in the process groups ``groups``, the
+    fields after the command name (so [0] is the state, [2] the group, [11] utime,
+    [12] stime, [21] the resident pages)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) in groups:
+            found.append(fields)
+    return found
 
 
 def free_port() -> int:
@@ -365,8 +373,10 @@ def tail(log: Path) -> str:
     return log.read_text(errors="replace")[-3000:]
 
 
-async def wait_up(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 30
+async def wait_up(
+    url: str, process: subprocess.Popen[bytes], log: Path, timeout_s: float = 30.0
+) -> None:
+    deadline = time.monotonic() + timeout_s
     async with aiohttp.ClientSession() as http:
         while time.monotonic() < deadline:
             if process.poll() is not None:
@@ -378,7 +388,7 @@ async def wait_up(url: str, process: subprocess.Popen[bytes], log: Path) -> None
             except aiohttp.ClientError:
                 pass
             await asyncio.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up:\n{tail(log)}")
+    raise RuntimeError(f"{url} did not come up within {timeout_s:g} s:\n{tail(log)}")
 
 
 async def upstream_count(port: int) -> int:

@@ -67,7 +67,7 @@ from bench.soak_ledger import (  # noqa: E402
     summary,
     webhooks_delivered,
 )
-from bench.soak_load import Client, Pacer  # noqa: E402
+from bench.soak_load import REQUEST_TIMEOUT_S, Client, Pacer  # noqa: E402
 from shared.db import connect  # noqa: E402
 from shared.logging import configure_logging  # noqa: E402
 
@@ -345,7 +345,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> int:
             flush=True,
         )
         connector = aiohttp.TCPConnector(force_close=True, limit=512)
-        timeout = aiohttp.ClientTimeout(total=30)
+        timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
             base = f"http://127.0.0.1:{soak.ports['proxy']}"
             client = soak.client = Client(http, base, agent_key, approval_key)
@@ -377,7 +377,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> int:
             await approver
             soak.log("drained" if drained else f"NOT drained within {args.drain:g} s")
             facts = await soak.facts()
-        warmup = min(60.0, 0.1 * args.duration)
+        warmup = min(60.0, 0.2 * args.duration)  # caches and pools fill first
         ex, books = client.recorder.exchanges, client.books
         checks = [
             approvals_decided_once(books, facts),
@@ -411,7 +411,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> int:
         )
         if not drained:
             print("FAIL  drain: work was still open at the end")
-        failed = not drained or not all(c.passed for c in checks)
+        if books.crashed:
+            print(f"FAIL  load flows raised: {dict(books.crashed)}, e.g. {books.crash_examples}")
+        failed = not drained or bool(books.crashed) or not all(c.passed for c in checks)
         print(f"\nsoak: {'FAILED' if failed else 'passed'}")
         if args.ledger_json is not None:
             args.ledger_json.write_text(

@@ -10,7 +10,6 @@ touching any other database. It listens on a Unix socket in that directory
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
@@ -20,10 +19,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import aiohttp
-
 from bench.approvals_throughput import group_cpu_s
-from bench.gateway_tools_call import stop, tail
+from bench.gateway_tools_call import group_stats, stop, wait_up
 from shared.embedded import EmbeddedPostgres
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,21 +79,7 @@ class Process:
 
     async def wait_ready(self) -> None:
         assert self.popen is not None
-        deadline = time.monotonic() + START_TIMEOUT_S
-        async with aiohttp.ClientSession() as http:
-            while time.monotonic() < deadline:
-                if self.popen.poll() is not None:
-                    raise RuntimeError(f"{self.label} exited:\n{tail(self.log)}")
-                try:
-                    async with http.get(self.ready_url) as response:
-                        if response.status == 200:
-                            return
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.2)
-        raise RuntimeError(
-            f"{self.label} not ready within {START_TIMEOUT_S:g} s:\n{tail(self.log)}"
-        )
+        await wait_up(self.ready_url, self.popen, self.log, timeout_s=START_TIMEOUT_S)
 
     def kill(self) -> None:
         """SIGKILL to the whole group, as the kernel's OOM killer or a lost node would."""
@@ -116,20 +99,8 @@ class Process:
         """Resident memory of every process in the group (granian's main and its worker)."""
         if self.popen is None or self.popen.poll() is not None:
             return 0
-        total = 0
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    fields = stat.read().rpartition(")")[2].split()
-                if int(fields[2]) != self.popen.pid:
-                    continue
-                with open(f"/proc/{entry}/statm") as statm:
-                    total += int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-            except (OSError, IndexError, ValueError):
-                continue
-        return total
+        pages = sum(int(fields[21]) for fields in group_stats({self.popen.pid}))
+        return pages * os.sysconf("SC_PAGE_SIZE")
 
 
 def gateway(label: str, port: int, env: dict[str, str], log: Path) -> Process:

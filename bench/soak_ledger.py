@@ -241,7 +241,7 @@ def no_unexplained_failures(exchanges: list[Exchange], faults: Faults) -> Check:
             label = f"{e.kind} {e.outcome}"
             if (e.status == 503 or e.outcome == "internal_error") and "database restart" in names:
                 allowed[f"{label} (database restart)"] += 1
-            elif e.status == 0 and "replica killed" in names:
+            elif e.outcome.startswith("dropped") and "replica killed" in names:
                 allowed[f"{label} (replica killed)"] += 1
             else:
                 flagged[f"{label} ({name or 'no fault'})"] += 1

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import itertools
 import random
@@ -42,7 +43,7 @@ META = {
 MIX = (("list", 20), ("plain", 35), ("idempotent", 20), ("delete", 10), ("approval", 15))
 DEFINITE_FAILURES = frozenset({"idempotency_conflict", "invalid_arguments"})
 TOKEN = re.compile(r'_crank_confirmation_token="(ct_[^"]+)"')
-REQUEST_TIMEOUT_S = 30.0
+REQUEST_TIMEOUT_S = 60.0  # a call waits for the database through its restart, a slow upstream
 FLOW_DEADLINE_S = 90.0  # one flow's retries end here: faults last less than this
 
 
@@ -51,7 +52,7 @@ class Exchange:
     at: float  # seconds since the run started, when the request was sent
     kind: str
     status: int  # HTTP status; 0: no answer (refused or dropped connection, time-out)
-    outcome: str  # ok, approval_required, an error_code, http_<status>, dropped
+    outcome: str  # ok, approval_required, an error_code, http_<status>, dropped:<why>, timeout
     latency_s: float
 
 
@@ -75,6 +76,8 @@ class Books:
     decided_conflict: Counter[str] = field(default_factory=Counter)  # approval id -> 409s
     flows: Counter[str] = field(default_factory=Counter)  # arrivals started, per kind
     shed: int = 0  # arrivals dropped because too many flows were in flight
+    crashed: Counter[str] = field(default_factory=Counter)  # flows that raised, per kind
+    crash_examples: list[str] = field(default_factory=list)
 
 
 class Recorder:
@@ -116,7 +119,9 @@ class Client:
                 raw = await response.read()
             answer = msgspec.json.decode(raw) if raw else None
             outcome = _outcome(status, answer)
-        except (TimeoutError, aiohttp.ClientError, msgspec.DecodeError) as exc:
+        except TimeoutError:
+            outcome = "timeout"  # no answer within REQUEST_TIMEOUT_S: never explained by a fault
+        except (aiohttp.ClientError, msgspec.DecodeError) as exc:
             outcome = f"{'dropped' if status == 0 else 'unreadable'}:{type(exc).__name__}"
         self.recorder.exchanges.append(
             Exchange(at, kind, status, outcome, time.monotonic() - started)
@@ -352,7 +357,16 @@ class Pacer:
             self.client.books.flows[kind] += 1
             task = asyncio.create_task(self.flow(kind, next(self._serial))())
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(functools.partial(self._done, kind))
+
+    def _done(self, kind: str, task: asyncio.Task[None]) -> None:
+        """A flow that raised is a bug of the soak, or an answer it did not expect."""
+        self._tasks.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            books = self.client.books
+            books.crashed[kind] += 1
+            if len(books.crash_examples) < 3:
+                books.crash_examples.append(f"{kind}: {error!r}")
 
     async def finish(self, timeout_s: float) -> int:
         """Waits for the flows in flight; cancels what is left after ``timeout_s``."""
