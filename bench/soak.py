@@ -227,8 +227,9 @@ class Soak:
                 if saturated:
                     pacer.rate *= 0.8
                 elif cores > 0:
-                    # Damped, and at most x2 or /2 a step: CPU readings over 5 s are noisy.
-                    pacer.rate *= min(2.0, max(0.5, (self.args.cpu_target / cores) ** 0.7))
+                    # Damped, and at most x1.25 up or /2 down a step: CPU readings over 5 s
+                    # are noisy, and a rate that overshoots saturates the machine first.
+                    pacer.rate *= min(1.25, max(0.5, (self.args.cpu_target / cores) ** 0.7))
                 pacer.rate = min(self.args.max_rate, max(1.0, pacer.rate))
             if self.now() - last_log >= 30:
                 last_log = self.now()
@@ -382,7 +383,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> int:
         checks = [
             approvals_decided_once(books, facts),
             approvals_executed_at_most_once(facts),
-            approval_outcomes_delivered(books, facts),
+            approval_outcomes_delivered(books, facts, ex),
             idempotent_calls_once(books, facts),
             confirmations_single_use(books, facts),
             webhooks_delivered(facts),
@@ -443,7 +444,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--duration", type=float, default=600.0, help="seconds of load (600)")
     parser.add_argument("--cpu-target", type=float, default=0.7, help="gateway cores (0.7)")
-    parser.add_argument("--start-rate", type=float, default=20.0, help="arrivals/s to start (20)")
+    parser.add_argument("--start-rate", type=float, default=40.0, help="arrivals/s to start (40)")
     parser.add_argument("--max-rate", type=float, default=400.0, help="arrivals/s at most (400)")
     parser.add_argument("--recovery", type=float, default=10.0, help="s after a fault it is blamed")
     parser.add_argument("--drain", type=float, default=180.0, help="s the drain may take (180)")

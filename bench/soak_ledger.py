@@ -77,49 +77,51 @@ def approvals_decided_once(books: Books, facts: Facts) -> Check:
 
 
 def approvals_executed_at_most_once(facts: Facts) -> Check:
+    """Per call (its ``request_id``, the upstream's key): executed at most once, never when
+    every approval of it was denied, and a completed one recorded the upstream's answer.
+    A call has two approvals when the outcome of its first went to an answer the client
+    lost (the next repeat asks anew, docs/architecture.md, "Approval outcomes")."""
     orders = facts.upstream["keys"]["orders"]
-    denied_ran, completed_missing, wrong_id, resent = [], [], [], Counter[int]()
+    calls: dict[str, list[dict[str, Any]]] = {}
     for a in facts.approvals:
-        seen = orders.get(a["request_id"])
-        if a["status"] == "denied" and seen is not None:
-            denied_ran.append(a["id"])
-        if a["status"] == "completed":
-            if seen is None:
+        calls.setdefault(a["request_id"], []).append(a)
+    denied_ran, completed_missing, wrong_id = [], [], []
+    resent = Counter(orders[key]["requests"] for key in calls if key in orders)
+    for key, approvals in calls.items():
+        seen = orders.get(key)
+        if seen is not None and all(a["status"] == "denied" for a in approvals):
+            denied_ran.append(key)
+        for a in approvals:
+            if a["status"] == "completed" and seen is None:
                 completed_missing.append(a["id"])
-            elif a["answered_id"] != seen["id"]:
+            elif a["status"] == "completed" and a["answered_id"] != seen["id"]:
                 wrong_id.append(a["id"])
-        if seen is not None:
-            resent[seen["requests"]] += 1
     conflicts = sum(k["conflicts"] for k in orders.values())
-    approved_keys = {a["request_id"] for a in facts.approvals}
-    strays = [key for key in orders if key not in approved_keys]
+    strays = [key for key in orders if key not in calls]
+    unkeyed = facts.upstream["unkeyed"]["orders"]
     check = Check(
         "every approval executed at most once (the upstream's count)",
-        not (
-            denied_ran
-            or completed_missing
-            or wrong_id
-            or conflicts
-            or strays
-            or facts.upstream["unkeyed"]["orders"]
-        ),
+        not (denied_ran or completed_missing or wrong_id or conflicts or strays or unkeyed),
     )
-    executed = sum(1 for a in facts.approvals if a["request_id"] in orders)
+    asked_twice = sum(1 for approvals in calls.values() if len(approvals) > 1)
     check.lines = [
-        f"executed upstream: {executed} approvals (one execution per key: the upstream honours "
+        f"calls: {len(calls)} ({asked_twice} asked for a second approval); executed upstream: "
+        f"{sum(1 for key in calls if key in orders)} (once per key: the upstream honours "
         f"Idempotency-Key); requests per executed key: "
         + ", ".join(f"{n}x {count}" for n, count in sorted(resent.items())),
         f"denied but executed: {len(denied_ran)}; completed but not executed: "
         f"{len(completed_missing)}; result not the upstream's: {len(wrong_id)}; a key sent "
         f"with another body: {conflicts}; keys of no approval: {len(strays)}; "
-        f"requests without a key: {facts.upstream['unkeyed']['orders']}",
+        f"requests without a key: {unkeyed}",
     ]
     _examples(check, denied_ran + completed_missing + wrong_id + strays)
     return check
 
 
-def approval_outcomes_delivered(books: Books, facts: Facts) -> Check:
-    """The repeat call gets each finished approval's outcome, the right one, once."""
+def approval_outcomes_delivered(books: Books, facts: Facts, exchanges: list[Exchange]) -> Check:
+    """The repeat call gets each finished approval's outcome, the right one, once. An
+    outcome may go to an answer the client lost (a dropped connection); the next repeat
+    then opens a second approval, which the flow leaves undelivered."""
     orders = facts.upstream["keys"]["orders"]
     by_id = {a["id"]: a for a in facts.approvals}
     wrong = []
@@ -136,9 +138,12 @@ def approval_outcomes_delivered(books: Books, facts: Facts) -> Check:
         if not right:
             wrong.append(approval_id)
     undelivered = [a["id"] for a in facts.approvals if not a["delivered"]]
+    dropped = sum(1 for e in exchanges if e.kind == "approval" and e.status == 0)
     check = Check(
         "every approval's outcome delivered once, and the right one",
-        not wrong and len(undelivered) == books.outcomes_waiting,
+        not wrong
+        and len(undelivered) == books.outcomes_waiting + books.outcomes_lost
+        and books.outcomes_lost <= dropped,
     )
     outcomes = Counter(outcome for _, outcome, _ in books.outcomes.values())
     check.lines = [
@@ -146,8 +151,9 @@ def approval_outcomes_delivered(books: Books, facts: Facts) -> Check:
         + ", ".join(f"{o} {n}" for o, n in outcomes.most_common())
         + f"); wrong approval, outcome or result: {len(wrong)}",
         f"delivered to an answer the client lost (its next repeat got a new approval): "
-        f"{books.outcomes_lost}; not delivered: {len(undelivered)} (flows still waiting at "
-        f"their deadline: {books.outcomes_waiting})",
+        f"{books.outcomes_lost}, against {dropped} approval-gated calls dropped; not delivered: "
+        f"{len(undelivered)} (those second approvals, and flows still waiting at their "
+        f"deadline: {books.outcomes_waiting})",
     ]
     _examples(check, wrong + undelivered)
     return check
