@@ -42,7 +42,9 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -298,20 +300,42 @@ class Soak:
                 "SELECT webhook_id, approval_id, event, status, attempts FROM webhook_deliveries"
             )
             deliveries = await cur.fetchall()
-        return Facts(upstream, approvals, audited, deliveries, self.rss, self.kills, self.cpu)
+        assert self.client is not None
+        log_times: dict[str, list[float]] = {}
+        for label in (SURVIVOR, KILLED):
+            for event, at in log_entries(self.processes[label].log):
+                log_times.setdefault(event, []).append(at - self.client.recorder.started_wall)
+        return Facts(
+            upstream, approvals, audited, deliveries, self.rss, self.kills, self.cpu, log_times
+        )
 
 
 def log_events(log: Path) -> Counter[str]:
     """The gateway's structured log lines by event and level (the soak runs it at warning)."""
-    events: Counter[str] = Counter()
+    return Counter(f"{entry.get('event')} ({entry.get('level')})" for entry in _json_lines(log))
+
+
+def log_entries(log: Path) -> list[tuple[str, float]]:
+    """(event, Unix time) of each structured log line."""
+    found = []
+    for entry in _json_lines(log):
+        stamp = str(entry.get("timestamp", "")).replace("Z", "+00:00")
+        try:
+            found.append((str(entry.get("event")), datetime.fromisoformat(stamp).timestamp()))
+        except ValueError:
+            continue
+    return found
+
+
+def _json_lines(log: Path) -> list[dict[str, Any]]:
+    entries = []
     for line in log.read_text(errors="replace").splitlines():
         if line.startswith("{"):
             try:
-                entry = json.loads(line)
+                entries.append(json.loads(line))
             except ValueError:
                 continue
-            events[f"{entry.get('event')} ({entry.get('level')})"] += 1
-    return events
+    return entries
 
 
 def log_errors(log: Path) -> int:
@@ -384,7 +408,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> int:
             approvals_decided_once(books, facts),
             approvals_executed_at_most_once(facts),
             approval_outcomes_delivered(books, facts, ex),
-            idempotent_calls_once(books, facts),
+            idempotent_calls_once(books, facts, faults),
             confirmations_single_use(books, facts),
             webhooks_delivered(facts),
             no_unexplained_failures(ex, faults),

@@ -83,6 +83,7 @@ class Books:
 class Recorder:
     def __init__(self) -> None:
         self.started = time.monotonic()
+        self.started_wall = time.time()  # to place the gateways' log lines on the run's clock
         self.exchanges: list[Exchange] = []
 
     def now(self) -> float:
