@@ -212,7 +212,9 @@ class Client:
             self.books.confirmed.add(order)
             if n % 10 == 0:
                 reuse, _ = await self.call("delete", "cancel_order", arguments)
-                label = {"confirmation_invalid": "refused", "ok": "accepted"}.get(reuse, "other")
+                label = {"confirmation_invalid": "refused", "ok": "accepted"}.get(reuse)
+                if label is None:  # no answer (a killed replica) says nothing either way
+                    label = "no answer" if reuse.startswith(("dropped", "timeout")) else "other"
                 self.books.token_reuse[label] += 1
             return
 
