@@ -65,9 +65,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.gateway_tools_call import (  # noqa: E402
+    cpu_ticks_by_group,
     db_transactions,
     free_port,
-    group_stats,
     run_wrk,
     serve,
     stop,
@@ -238,8 +238,7 @@ async def wait_finished(url: str, timeout_s: float) -> None:
 
 def group_cpu_s(pgid: int) -> float:
     """User + system CPU seconds of every live process in the group (a gateway and its worker)."""
-    ticks = sum(int(fields[11]) + int(fields[12]) for fields in group_stats({pgid}))
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return cpu_ticks_by_group().get(pgid, 0) / os.sysconf("SC_CLK_TCK")
 
 
 async def upstream_counts(port: int) -> dict[str, int]:

@@ -90,6 +90,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -209,7 +210,8 @@ class CpuMeter:
         return sum(fields[:3]) / self._tick
 
     def _ours_s(self) -> float:
-        ticks = sum(int(f[11]) + int(f[12]) for f in group_stats(self._groups))  # utime + stime
+        by_group = cpu_ticks_by_group()
+        ticks = sum(by_group.get(group, 0) for group in self._groups)
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         me = resource.getrusage(resource.RUSAGE_SELF)
         return ticks / self._tick + sum(u.ru_utime + u.ru_stime for u in (children, me))
@@ -224,22 +226,25 @@ class CpuMeter:
         return max(0.0, 100 * other / elapsed)
 
 
-def group_stats(groups: set[int]) -> list[list[str]]:
-    """/proc/<pid>/stat of every live process in the process groups ``groups``, the
-    fields after the command name (so [0] is the state, [2] the group, [11] utime,
-    [12] stime, [21] the resident pages)."""
-    found = []
+def process_stats() -> Iterator[tuple[int, int, int]]:
+    """(pid, process group, CPU ticks used: utime + stime) of every process, from /proc."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as stat:
                 fields = stat.read().rpartition(")")[2].split()
-        except OSError:
+        except OSError:  # the process has gone
             continue
-        if int(fields[2]) in groups:
-            found.append(fields)
-    return found
+        yield int(entry), int(fields[2]), int(fields[11]) + int(fields[12])
+
+
+def cpu_ticks_by_group() -> dict[int, int]:
+    """CPU ticks used so far by the processes of each process group."""
+    ticks: dict[int, int] = {}
+    for _, group, used in process_stats():
+        ticks[group] = ticks.get(group, 0) + used
+    return ticks
 
 
 def free_port() -> int:
@@ -260,7 +265,8 @@ def write_lua(directory: Path, name: str, method: str, body: str, headers: dict[
     return path
 
 
-def run_wrk(cpu: int, url: str, script: Path, connections: int, seconds: float) -> WrkResult:
+def run_wrk(cpu: int | str, url: str, script: Path, connections: int, seconds: float) -> WrkResult:
+    """wrk pinned with ``taskset -c cpu`` (a CPU, or a list such as \"0,1\")."""
     argv = [
         "taskset",
         "-c",
@@ -334,7 +340,7 @@ async def seed(url: str, upstream_port: int) -> str:
 
 
 def serve(
-    cpu: int,
+    cpu: int | str | None,
     target: str,
     port: int,
     env: dict[str, str],
@@ -343,7 +349,9 @@ def serve(
     log: Path,
     loop: str = "asyncio",
 ) -> subprocess.Popen[bytes]:
-    argv = ["taskset", "-c", str(cpu), sys.executable, "-m", "granian", "--interface", "asgi"]
+    """granian serving ``target`` on ``port``, pinned with ``taskset -c cpu`` (None: unpinned)."""
+    pin = [] if cpu is None else ["taskset", "-c", str(cpu)]
+    argv = [*pin, sys.executable, "-m", "granian", "--interface", "asgi"]
     argv += ["--no-ws", "--workers", "1", "--host", "127.0.0.1", "--port", str(port)]
     argv += ["--loop", loop]
     argv += ["--log-level", "warning", "--no-access-log"]
@@ -400,10 +408,22 @@ async def upstream_count(port: int) -> int:
 
 
 def db_transactions(server: str, name: str) -> int:
+    """Transactions of database ``name`` so far (read from ``server``'s own database)."""
+    return _database_figure(
+        server, "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s", name
+    )
+
+
+def db_connections(server: str, name: str) -> int:
+    """Backends connected to database ``name`` now."""
+    return _database_figure(
+        server, "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", name
+    )
+
+
+def _database_figure(server: str, query: str, name: str) -> int:
     with psycopg.connect(server, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s", (name,)
-        ).fetchone()
+        row = conn.execute(query.encode(), (name,)).fetchone()
     assert row is not None
     return int(row[0])
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.approvals_throughput import group_cpu_s
-from bench.gateway_tools_call import group_stats, stop, wait_up
+from bench.gateway_tools_call import process_stats, stop, wait_up
 from shared.embedded import EmbeddedPostgres
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,7 +99,14 @@ class Process:
         """Resident memory of every process in the group (granian's main and its worker)."""
         if self.popen is None or self.popen.poll() is not None:
             return 0
-        pages = sum(int(fields[21]) for fields in group_stats({self.popen.pid}))
+        pages = 0
+        for pid, group, _ in process_stats():
+            if group == self.popen.pid:
+                with (
+                    contextlib.suppress(OSError, IndexError, ValueError),
+                    open(f"/proc/{pid}/statm") as statm,
+                ):
+                    pages += int(statm.read().split()[1])  # resident
         return pages * os.sysconf("SC_PAGE_SIZE")
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
+import structlog
 from litestar import Request
 from litestar.exceptions import ImproperlyConfiguredException
 
@@ -52,6 +53,7 @@ from control_plane.request_checks import nul_in_path, nul_in_query
 from control_plane.state import AppState
 
 _SCOPE_KEY = "crank.admitted"
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,11 @@ async def admit(request: Request[Any, Any, Any]) -> None:
                 slug = request.path_params[WORKSPACE_PARAMETER]
                 workspace = await load_workspace(conn, principal, slug, access)
         cast("dict[str, Any]", request.scope)[_SCOPE_KEY] = Admitted(principal, workspace, csrf)
+        # The path names resources, never values; the caller by its audit name
+        # (docs/security.md, "What logs never hold").
+        log.debug(
+            "admin_request", method=request.method, path=request.url.path, actor=principal.actor
+        )
     if console:
         await check_console_write(request, app_state.settings, csrf)
     elif takes_body(handler):

@@ -15,13 +15,13 @@ database is unreachable or the snapshot is older than three refresh
 intervals; a degraded gateway keeps serving its last snapshot
 (mcp_gateway.catalog.refresher).
 
-Shutdown: granian waits for open answers before it runs the lifespan
-shutdown, and SSE streams never end by themselves, so the first SIGTERM or
-SIGINT ends every stream at once (``StreamHub.shut_down``), ends every
-tools/call waiting for its approval with the seed's ``approval_required``
-answer (``ApprovalWaiters.shut_down``) and stops the
-approval worker from claiming; granian's own handling of the signal runs as
-before. The lifespan shutdown then gives running approved calls
+Shutdown (docs/architecture.md, "Shutdown"): granian waits for open answers
+before it runs the lifespan shutdown, and SSE streams never end by themselves,
+so the first SIGTERM or SIGINT ends every stream at once
+(``StreamHub.shut_down``), ends every tools/call waiting for its approval with
+the seed's ``approval_required`` answer (``ApprovalWaiters.shut_down``) and
+stops the approval worker from claiming; granian's own handling of the signal
+runs as before. The lifespan shutdown then gives running approved calls
 ``CRANK_APPROVAL_SHUTDOWN_GRACE_S`` to finish and hands the rest back
 (mcp_gateway.approvals.worker).
 """
@@ -34,7 +34,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import FrameType
 from typing import Any
 
@@ -63,8 +63,14 @@ from mcp_gateway.transport.jsonrpc import encode
 from mcp_gateway.transport.rate_limits import RateLimiter
 from mcp_gateway.transport.sessions import SessionSigner
 from mcp_gateway.transport.streams import StreamHub
+from mcp_gateway.upkeep.backlog import BacklogGauges
 from mcp_gateway.upkeep.call_log import CallLogWriter
-from mcp_gateway.upkeep.metrics import SNAPSHOT_VERSION, start_metrics_server
+from mcp_gateway.upkeep.metrics import (
+    DATABASE_REACHABLE,
+    SNAPSHOT_AGE,
+    SNAPSHOT_VERSION,
+    start_metrics_server,
+)
 from mcp_gateway.upkeep.replicas import Replicas
 from mcp_gateway.upkeep.retention import Pruner
 from mcp_gateway.webhooks.deliverer import DeliveryOptions, WebhookDeliverer
@@ -195,6 +201,9 @@ class GatewayApp:
             refresh_s=settings.mcp_refresh_ms / 1000,
             listen=settings.mcp_listen,
             on_swap=swapped,
+            snapshot_conninfo=resilient_conninfo(settings.snapshot_database_url)
+            if settings.snapshot_database_url
+            else None,
             notify={
                 APPROVALS_CHANNEL: self._wake_approvals,
                 WEBHOOKS_CHANNEL: self._wake_webhooks,
@@ -282,13 +291,20 @@ class GatewayApp:
         self._expiry.start()
         self.state.key_use.start(pool)
         self.state.call_log.start()
-        self._metrics = await self._serve_metrics(
-            settings, lambda: time.monotonic() - refresher.last_success
-        )
+        backlog = BacklogGauges(pool)
+
+        async def before_scrape() -> None:
+            SNAPSHOT_AGE.set(time.monotonic() - refresher.last_success)
+            DATABASE_REACHABLE.set(refresher.database_reachable)
+            await backlog.refresh()
+
+        self._metrics = await self._serve_metrics(settings, before_scrape)
         log.info("gateway_started", snapshot_version=refresher.snapshot.version)
 
     @staticmethod
-    async def _serve_metrics(settings: Settings, age: Callable[[], float]) -> web.AppRunner | None:
+    async def _serve_metrics(
+        settings: Settings, before_scrape: Callable[[], Awaitable[None]]
+    ) -> web.AppRunner | None:
         """Worker i of N serves metrics on ``CRANK_METRICS_PORT + i``: each takes the first
         free port of that range (docs/architecture.md, "Gateway workers")."""
         ports = range(
@@ -297,7 +313,7 @@ class GatewayApp:
         error: OSError | None = None
         for port in ports:
             try:
-                return await start_metrics_server(settings.host, port, age)
+                return await start_metrics_server(settings.host, port, before_scrape)
             except OSError as exc:  # taken by another worker
                 error = exc
         log.warning(

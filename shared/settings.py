@@ -19,6 +19,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Every ``CRANK_*`` setting with its default; build it with ``load_settings``."""
 
     database_url: str | None = None
+    # The gateway loads catalog snapshots from here (a read replica) instead of the
+    # primary; everything else stays on CRANK_DATABASE_URL (docs/architecture.md,
+    # "Snapshot loads from a read replica").
+    snapshot_database_url: str | None = None
     secret_key: str | None = None
     secret_key_previous: tuple[str, ...] = ()
     host: str = "127.0.0.1"

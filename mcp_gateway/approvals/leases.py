@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from psycopg.types.json import Jsonb
 
+from mcp_gateway.upkeep.metrics import count_lease_expiries
 from shared.approval_decisions import CHANNEL as CHANNEL  # the workers' wake-up
 from shared.db import Connection
 
@@ -61,7 +62,8 @@ class Claimed:
 # rows only (docs/architecture.md, "Leases and fencing").
 _CLAIM_SQL = """
 WITH candidate AS MATERIALIZED (
-    SELECT a.id, a.status = 'executing' AND a.attempt >= a.max_attempts AS exhausted
+    SELECT a.id, a.status = 'executing' AND a.attempt >= a.max_attempts AS exhausted,
+           a.status = 'executing' AS lease_expired
       FROM approvals a
      WHERE a.status = 'approved'
         OR (a.status = 'executing' AND a.lease_expires_at < now())
@@ -86,7 +88,7 @@ UPDATE approvals a
 RETURNING a.id, a.status, a.attempt, a.max_attempts, a.workspace_id, a.agent_id, a.key_id,
           (SELECT slug FROM workspaces WHERE id = a.workspace_id) AS workspace,
           (SELECT slug FROM agents WHERE id = a.agent_id) AS agent,
-          a.operation_id, a.tool, a.version, a.arguments, a.request, l.lease_s
+          a.operation_id, a.tool, a.version, a.arguments, a.request, l.lease_s, c.lease_expired
 """
 
 _FENCE = (
@@ -148,7 +150,9 @@ async def claim(
     )
     running: list[Claimed] = []
     failed: list[Claimed] = []
-    for r in await cur.fetchall():
+    rows = await cur.fetchall()
+    count_lease_expiries("approvals", sum(r["lease_expired"] for r in rows))
+    for r in rows:
         row = Claimed(
             id=r["id"],
             attempt=r["attempt"],

@@ -17,6 +17,17 @@ LISTEN connection reconnects by itself with a backoff, proves that it is alive
 with a ``SELECT 1`` whenever it has been quiet for ``_LISTEN_CHECK_S`` (a peer
 that vanished without a FIN never errors otherwise), and on reconnecting wakes
 the poll, so a publish made during the outage shows at once.
+
+Snapshot loads from a read replica (``CRANK_SNAPSHOT_DATABASE_URL``; docs/architecture.md,
+"Snapshot loads from a read replica"). Only the load, the one large read, goes
+there, on a connection of its own; the version probe, session terminations,
+LISTEN and everything else stay on the primary. A replica that lags behind
+gives a snapshot older than the version the primary reported: it is dropped
+and the next poll tries again, and after ``_REPLICA_PATIENCE`` such loads in a
+row one load reads the primary, so a replica stuck behind delays a publish by
+a few polls at most. A replica that cannot be reached does not stop the
+refresh either: that load reads the primary, and
+``crank_snapshot_loads_total{source="primary"}`` says so.
 """
 
 from __future__ import annotations
@@ -34,7 +45,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from mcp_gateway.catalog.builder import BuildStats, SnapshotBuilder
 from mcp_gateway.catalog.snapshot import Snapshot, SnapshotOptions
-from mcp_gateway.upkeep.metrics import SNAPSHOT_BUILD, SNAPSHOT_TOOLS_COMPILED
+from mcp_gateway.upkeep.metrics import SNAPSHOT_BUILD, SNAPSHOT_LOADS, SNAPSHOT_TOOLS_COMPILED
 from shared.db import Connection, connect, within
 from shared.metrics import BACKGROUND_FAILURES
 from shared.periodic import PeriodicTask
@@ -49,6 +60,8 @@ _LOAD_TIMEOUT_S = 30.0
 _RETRY_MIN_S, _RETRY_MAX_S = 0.25, 2.0
 _LISTEN_CHECK_S = 30.0
 _LISTEN_BACKOFF_MAX_S = 5.0
+# A replica behind the primary this many loads in a row: the next load reads the primary.
+_REPLICA_PATIENCE = 3
 _LISTEN_FAILURES = BACKGROUND_FAILURES.labels("snapshot_listen")
 
 # Errors that mean "the database cannot be reached or did not answer in time".
@@ -101,8 +114,13 @@ class Refresher:
         on_swap: Callable[[Snapshot, Snapshot], None],
         options: SnapshotOptions | None = None,
         notify: Mapping[str, Callable[[str | None], None]] | None = None,
+        snapshot_conninfo: str | None = None,
     ) -> None:
         self._conninfo = conninfo
+        # Where snapshots are loaded from when it is not the primary (a read replica).
+        self._snapshot_conninfo = snapshot_conninfo
+        self._snapshot_conn: Connection | None = None
+        self._replica_behind = 0  # loads in a row the replica had not caught up for
         # More channels to LISTEN on: each notification calls its callback with the
         # payload instead of waking the poll; each reconnect calls it with None
         # (anything may have been missed).
@@ -165,6 +183,7 @@ class Refresher:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._listener
         await self._drop_connection()
+        await self._drop_snapshot_connection()
 
     async def refresh(self) -> None:
         """One poll; raises what the database raised (the connection is then dropped)."""
@@ -189,11 +208,12 @@ class Refresher:
         row = await within(_PROBE_TIMEOUT_S, _fetch_one(conn, _PROBE_SQL))
         assert row is not None
         if row["version"] != self.snapshot.version or not self.loaded:
-            new = await within(_LOAD_TIMEOUT_S, self._builder.build(conn))
-            old, self.snapshot = self.snapshot, new
-            self.loaded = True
-            self._built(self._builder.last, new)
-            self._on_swap(old, new)
+            new = await self._load(conn, row["version"])
+            if new is not None:
+                old, self.snapshot = self.snapshot, new
+                self.loaded = True
+                self._built(self._builder.last, new)
+                self._on_swap(old, new)
         if row["ended"] > self._last_termination_id:
             rows = await within(
                 _LOAD_TIMEOUT_S, _fetch_all(conn, _TERMINATIONS_SQL, self._last_termination_id)
@@ -204,6 +224,40 @@ class Refresher:
         now = time.time()
         for digest in [d for d, expires in self.terminated.items() if expires <= now]:
             del self.terminated[digest]
+
+    async def _load(self, primary: Connection, probed: int) -> Snapshot | None:
+        """The next snapshot: from the replica when there is one and it has caught up
+        with ``probed`` (the primary's version), else from ``primary``. None: the
+        replica is behind; the snapshot in memory stays until a later poll."""
+        if self._snapshot_conninfo is not None and self._replica_behind < _REPLICA_PATIENCE:
+            try:
+                if self._snapshot_conn is None or self._snapshot_conn.closed:
+                    async with asyncio.timeout(_PROBE_TIMEOUT_S):
+                        self._snapshot_conn = await connect(
+                            self._snapshot_conninfo, autocommit=True
+                        )
+                new = await within(_LOAD_TIMEOUT_S, self._builder.build(self._snapshot_conn))
+            except _UNREACHABLE as exc:
+                await self._drop_snapshot_connection()
+                log.warning("snapshot_replica_unreachable", error=str(exc) or type(exc).__name__)
+            else:
+                SNAPSHOT_LOADS.labels("replica").inc()
+                if new.version >= probed or not self.loaded:
+                    self._replica_behind = 0
+                    return new
+                self._replica_behind += 1
+                log.info("snapshot_replica_behind", replica=new.version, primary=probed)
+                return None
+        self._replica_behind = 0
+        new = await within(_LOAD_TIMEOUT_S, self._builder.build(primary))
+        SNAPSHOT_LOADS.labels("primary").inc()
+        return new
+
+    async def _drop_snapshot_connection(self) -> None:
+        conn, self._snapshot_conn = self._snapshot_conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error, OSError):
+                await conn.close()
 
     @staticmethod
     def _built(stats: BuildStats, new: Snapshot) -> None:

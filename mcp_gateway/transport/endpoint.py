@@ -45,6 +45,8 @@ async def handle(
         )
         version_header = (headers.get("mcp-protocol-version") or "").strip()
         method = scope["method"]
+        # What arrived, never its body (docs/security.md, "What logs never hold").
+        log.debug("mcp_request", http_method=method, protocol_version=version_header or None)
         if method not in ("POST", "GET", "DELETE"):
             raise ProtocolError(405, "method not allowed", code=None, headers=_ALLOW)
         if version_header and version_header not in LEGACY_VERSIONS:

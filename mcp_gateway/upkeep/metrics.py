@@ -5,7 +5,7 @@ so what shared code counts, such as background loop failures, is served too."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import Counter, Gauge, Histogram, generate_latest
@@ -43,6 +43,19 @@ SNAPSHOT_BUILD = Gauge(
 SNAPSHOT_TOOLS_COMPILED = Counter(
     "crank_snapshot_tools_compiled_total",
     "Tools compiled by snapshot builds (an unchanged operation version is never compiled again).",
+    registry=REGISTRY,
+)
+# ``source``: replica (CRANK_SNAPSHOT_DATABASE_URL) or primary (no replica, or it could
+# not be reached; mcp_gateway.catalog.refresher).
+SNAPSHOT_LOADS = Counter(
+    "crank_snapshot_loads_total",
+    "Snapshot loads (catalog changes) by the database they read: primary or replica.",
+    ["source"],
+    registry=REGISTRY,
+)
+DATABASE_REACHABLE = Gauge(
+    "crank_database_reachable",
+    "1 while the last catalog poll reached the primary database, else 0.",
     registry=REGISTRY,
 )
 OPEN_STREAMS = Gauge("crank_mcp_open_streams", "Open SSE streams.", registry=REGISTRY)
@@ -94,6 +107,50 @@ WEBHOOK_ATTEMPTS = Counter(
     registry=REGISTRY,
 )
 
+# ``queue``: approvals or webhooks (the two leased work queues).
+LEASE_EXPIRIES = Counter(
+    "crank_lease_expiries_total",
+    "Rows this process claimed because another holder's lease had expired "
+    "(the holder died or lost the database mid-call), by queue.",
+    ["queue"],
+    registry=REGISTRY,
+)
+# Read from the database when /metrics is scraped (mcp_gateway.upkeep.backlog); NaN
+# while the database does not answer. Every replica reports the same totals.
+APPROVALS = Gauge(
+    "crank_approvals",
+    "Active approvals in the database, by status: pending, approved or executing.",
+    ["status"],
+    registry=REGISTRY,
+)
+APPROVAL_OLDEST_PENDING = Gauge(
+    "crank_approval_oldest_pending_seconds",
+    "Age of the oldest approval still waiting for a human's decision (0: none).",
+    registry=REGISTRY,
+)
+WEBHOOK_BACKLOG = Gauge(
+    "crank_webhook_backlog",
+    "Webhook deliveries not yet delivered or given up, of live subscriptions.",
+    registry=REGISTRY,
+)
+WEBHOOK_OLDEST_UNDELIVERED = Gauge(
+    "crank_webhook_oldest_undelivered_seconds",
+    "Age of the oldest webhook delivery not yet delivered or given up (0: none).",
+    registry=REGISTRY,
+)
+
+# Known label values show at zero before anything happened, so a rate() has its start.
+for _source in ("primary", "replica"):
+    SNAPSHOT_LOADS.labels(_source)
+for _queue in ("approvals", "webhooks"):
+    LEASE_EXPIRIES.labels(_queue)
+
+
+def count_lease_expiries(queue: str, count: int) -> None:
+    """``count`` rows of ``queue`` were claimed from an expired lease."""
+    if count:
+        LEASE_EXPIRIES.labels(queue).inc(count)
+
 
 def agent_label(workspace: str, agent: str) -> str:
     """The ``agent`` label of the per-tool metrics: ``workspace/agent``."""
@@ -138,11 +195,14 @@ def observe_tool_call(agent: str, tool: str, outcome: str, upstream_s: float | N
         _upstream_latency(agent, tool).observe(upstream_s)
 
 
-async def start_metrics_server(host: str, port: int, age: Callable[[], float]) -> web.AppRunner:
-    """Serves /metrics on its own port; ``age()``: seconds since the snapshot was confirmed."""
+async def start_metrics_server(
+    host: str, port: int, before_scrape: Callable[[], Awaitable[None]]
+) -> web.AppRunner:
+    """Serves /metrics on its own port; ``before_scrape()`` sets the gauges read at
+    scrape time (the snapshot's age, the database backlog)."""
 
     async def metrics(_: web.Request) -> web.Response:
-        SNAPSHOT_AGE.set(age())
+        await before_scrape()
         return web.Response(
             body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )

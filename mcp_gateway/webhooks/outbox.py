@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from mcp_gateway.upkeep.metrics import count_lease_expiries
 from shared.db import Connection
 
 CHANNEL = "crank_webhooks"  # NOTIFY by the trigger when it enqueued a delivery
@@ -42,7 +43,7 @@ class ClaimedDelivery:
 
 _CLAIM_SQL = """
 WITH candidate AS MATERIALIZED (
-    SELECT d.id
+    SELECT d.id, d.status = 'delivering' AS lease_expired
       FROM webhook_deliveries d
       JOIN webhook_subscriptions s ON s.id = d.subscription_id AND s.revoked_at IS NULL
      WHERE (d.status = 'pending' AND d.next_attempt_at <= now())
@@ -58,7 +59,7 @@ UPDATE webhook_deliveries d
  WHERE d.id = c.id AND s.id = d.subscription_id
 RETURNING d.id, d.attempts, d.webhook_id, d.event, d.workspace_id, d.agent_id, d.payload,
           d.body, s.url, s.format, s.ciphertext, s.nonce, s.key_id, s.id AS subscription_id,
-          extract(epoch FROM now() - d.created_at)::float8 AS age_s
+          extract(epoch FROM now() - d.created_at)::float8 AS age_s, c.lease_expired
 """
 
 _FENCE = (
@@ -94,6 +95,8 @@ async def claim(
     conn: Connection, *, owner: str, limit: int, lease_s: float
 ) -> list[ClaimedDelivery]:
     cur = await conn.execute(_CLAIM_SQL, {"owner": owner, "limit": limit, "lease_s": lease_s})
+    rows = await cur.fetchall()
+    count_lease_expiries("webhooks", sum(r["lease_expired"] for r in rows))
     return [
         ClaimedDelivery(
             id=r["id"],
@@ -110,7 +113,7 @@ async def claim(
             subscription_id=r["subscription_id"],
             created_at_age_s=float(r["age_s"]),
         )
-        for r in await cur.fetchall()
+        for r in rows
     ]
 
 

@@ -326,7 +326,7 @@ class UpstreamExecutor:
                 wait = self._backoff(attempt)
             except RequestError as exc:
                 raise UpstreamResponseInvalid(
-                    f"unusable upstream answer: {exc}", attempts=attempt
+                    f"unusable upstream answer: {_reason(exc)}", attempts=attempt
                 ) from exc
             except OutboundError as exc:
                 exc.attempts = attempt
@@ -473,10 +473,15 @@ def _target(url: URL) -> Url:
 
 
 def _reason(exc: Exception) -> str:
-    """The innermost cause pyreqwest reports ("Connection refused (os error 111)")."""
+    """The innermost cause pyreqwest reports ("Connection refused (os error 111)",
+    "invalid HTTP version parsed"), never the URL: reqwest's outer causes say
+    "error sending request for url (...)", whose path and query hold the call's
+    argument values, and the reason reaches the call log, approval records and
+    logs (docs/security.md, "What logs never hold")."""
     details = getattr(exc, "details", None)
     causes = details.get("causes") if isinstance(details, dict) else None
-    return causes[-1]["message"] if causes else str(exc)
+    message = str(causes[-1]["message"]) if causes else str(exc)
+    return message.split(" for url (", 1)[0]
 
 
 def _check_scheme(url: URL) -> None:

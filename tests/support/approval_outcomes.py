@@ -26,8 +26,8 @@ LINES = {"lines": [{"sku": "sku-1", "qty": 2}, {"sku": "sku-2", "qty": 1}]}
 NOTE = "Not this week, ask Anna"
 
 
-def lines_spec(port: int, name: str, *, approval: bool) -> dict[str, Any]:
-    spec = order_spec(port)
+def lines_spec(port: int, name: str, *, approval: bool, timeout_ms: int = 5000) -> dict[str, Any]:
+    spec = order_spec(port, timeout_ms=timeout_ms)
     spec["name"] = name
     # An array (wrapped for the 2025 revisions), cut to one item (marked crank/truncated).
     spec["response"] = {"select": "lines", "max_items": 1}
@@ -42,13 +42,16 @@ class Shopfront:
     approval_key: str
 
 
-async def set_up_shopfront(client: Client, admin_token: str, shop: Shop) -> Shopfront:
+async def set_up_shopfront(
+    client: Client, admin_token: str, shop: Shop, *, timeout_ms: int = 5000
+) -> Shopfront:
     h = auth(admin_token)
     await ok(await client.post("/api/v1/workspaces", json={"slug": "default"}, headers=h))
     await ok(await client.put(f"{BASE}/secrets/SHOP_TOKEN", json={"value": TOKEN}, headers=h))
     await grant_egress(client, admin_token, "default", f"127.0.0.1:{shop.port}")
     for name, approval in ((GATED, True), (DIRECT, False)):
-        await publish_operation(client, admin_token, lines_spec(shop.port, name, approval=approval))
+        spec = lines_spec(shop.port, name, approval=approval, timeout_ms=timeout_ms)
+        await publish_operation(client, admin_token, spec)
     agent_key = await publish_agent(client, admin_token, "sales", [GATED, DIRECT])
     shop.answer = json.dumps(LINES)
     return Shopfront(

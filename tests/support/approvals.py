@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,7 +23,7 @@ from shared.engine.canonical import arguments_hash
 from shared.engine.compiler import compile_operation
 from shared.engine.spec import operation_from_builtins
 from tests.support.api import Client, auth, grant_egress
-from tests.support.gateway import serve_upstream
+from tests.support.gateway import Gateway, serve_upstream
 from tests.support.processes import free_port
 from tests.support.tool_calls import BASE, ok, publish_agent, publish_operation
 
@@ -73,11 +75,16 @@ class Seen:
 
 @dataclass
 class Shop:
-    """An upstream that records every request; the next ``hold`` requests wait for ``gate``."""
+    """An upstream that records every request; the next ``hold`` requests, and the first
+    request of each idempotency key in ``hold_first``, wait for ``gate``; a key in
+    ``delay_s`` is answered that many seconds late."""
 
     port: int = field(default_factory=free_port)
     seen: list[Seen] = field(default_factory=list)
     hold: int = 0
+    hold_first: set[str] = field(default_factory=set)
+    delay_s: dict[str, float] = field(default_factory=dict)
+    answered: Counter[str | None] = field(default_factory=Counter)  # answers sent, by key
     gate: asyncio.Event = field(default_factory=asyncio.Event)
     entered: asyncio.Event = field(default_factory=asyncio.Event)
     cancelled: int = 0  # held requests whose client went away
@@ -86,17 +93,23 @@ class Shop:
 
     async def orders(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
-        self.seen.append(
-            Seen(request.headers.get("Idempotency-Key"), request.headers.get("Authorization"), body)
-        )
-        if self.hold > 0:
+        key = request.headers.get("Idempotency-Key")
+        self.seen.append(Seen(key, request.headers.get("Authorization"), body))
+        held = self.hold > 0 or key in self.hold_first
+        if key in self.hold_first:
+            self.hold_first.discard(key)
+        elif self.hold > 0:
             self.hold -= 1
+        if held:
             self.entered.set()
             try:
                 await self.gate.wait()
             except asyncio.CancelledError:
                 self.cancelled += 1
                 raise
+        if key in self.delay_s:
+            await asyncio.sleep(self.delay_s[key])
+        self.answered[key] += 1
         if self.answer is not None:
             return web.Response(text=self.answer, status=self.status)
         return web.json_response(
@@ -253,6 +266,20 @@ async def expire_lease(database_url: str, approval_id: str) -> None:
         approval_id,
     )
     assert changed == 1
+
+
+async def owner_pid(database_url: str, approval_id: str) -> int:
+    """The pid in the lease owner (``host-pid-random``, mcp_gateway.upkeep.replicas)."""
+    owner = (await fetch(database_url, approval_id))["lease_owner"]
+    return int(owner.rsplit("-", 2)[1])
+
+
+def runs_in(gateway: Gateway, pid: int) -> bool:
+    """``pid`` is the gateway's process or one of its granian workers."""
+    if pid == gateway.process.pid:
+        return True
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1]) == gateway.process.pid
 
 
 async def status_is(database_url: str, approval_id: str, status: str) -> bool:

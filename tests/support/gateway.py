@@ -74,6 +74,25 @@ async def serve_upstream(
         await runner.cleanup()
 
 
+@asynccontextmanager
+async def serve_no_http() -> AsyncIterator[int]:
+    """An upstream on 127.0.0.1 that answers every request with bytes that are no HTTP
+    (``upstream_response_invalid``); yields its port."""
+
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"SSH-2.0-not-http\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(garbage, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
 @dataclass
 class Catalog:
     admin: str

@@ -36,3 +36,28 @@ async def served_gauge(port: int, name: str) -> float:
             if sample.name == name:
                 return float(sample.value)
     raise AssertionError(f"{name} is not served")
+
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def parse_samples(text: str) -> Samples:
+    """Every sample of a Prometheus text exposition, keyed by (name, labels)."""
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+async def scrape(port: int) -> Samples:
+    """``parse_samples`` of what a gateway serves on its metrics ``port``."""
+    async with httpx.AsyncClient() as http:
+        answer = await http.get(f"http://127.0.0.1:{port}/metrics")
+    answer.raise_for_status()
+    return parse_samples(answer.text)
+
+
+def labels(**values: str) -> frozenset[tuple[str, str]]:
+    """The label set of one sample, as ``parse_samples`` keys it."""
+    return frozenset(values.items())

@@ -20,7 +20,9 @@ from tests.support.approvals import (
     expire_lease,
     fetch,
     insert_approved,
+    owner_pid,
     publish_shop,
+    runs_in,
     status_is,
 )
 from tests.support.gateway import Gateway, run_gateway, wait_until
@@ -28,20 +30,6 @@ from tests.support.gateway import Gateway, run_gateway, wait_until
 
 def gateway_env(shop: Shop, **extra: str) -> dict[str, str]:
     return {"CRANK_UPSTREAM_ALLOWLIST": f"127.0.0.1:{shop.port}", **extra}
-
-
-async def owner_pid(database_url: str, approval_id: str) -> int:
-    """The pid in the lease owner (``host-pid-random``, mcp_gateway.upkeep.replicas)."""
-    owner = (await fetch(database_url, approval_id))["lease_owner"]
-    return int(owner.rsplit("-", 2)[1])
-
-
-def runs_in(gateway: Gateway, pid: int) -> bool:
-    """``pid`` is the gateway's process or one of its granian workers."""
-    if pid == gateway.process.pid:
-        return True
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat.rsplit(")", 1)[1].split()[1]) == gateway.process.pid
 
 
 async def exited(gateway: Gateway, timeout_s: float) -> int:
@@ -121,7 +109,9 @@ async def test_a_killed_gateway_leaves_a_lease_another_gateway_reclaims_and_fini
 async def test_sigterm_hands_a_running_call_back_to_a_gateway_that_only_polls(
     client: Client, admin_token: str, database_url: str, tmp_path: Path, shop: Shop
 ) -> None:
-    await publish_shop(client, admin_token, shop.port)
+    # A timeout far beyond the test: the held call must still run when the grace ends
+    # (with 5 s, a slow start of the second gateway let it time out first).
+    await publish_shop(client, admin_token, shop.port, timeout_ms=60_000)
     shop.hold = 1  # held past the grace period
     leaving_env = gateway_env(shop, CRANK_APPROVAL_SHUTDOWN_GRACE_S="1")
     polling_env = gateway_env(shop, CRANK_MCP_LISTEN="false")

@@ -19,33 +19,22 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiohttp import web
 
-from control_plane.demo import load_demo_file
-from shared.engine.spec import spec_to_builtins
-from tests.support.api import Client, auth, grant_egress
+from tests.support.api import Client
 from tests.support.gateway import SEED_URL_PATH, run_gateway, serve_upstream
 from tests.support.mcp import curl_client
 from tests.support.processes import free_port
-from tests.support.tool_calls import BASE, ok, publish_operation
+from tests.support.seed import (
+    SEED_INITIALIZE,
+    SEED_TOOLS_CALL,
+    SEED_TOOLS_LIST,
+    seed_demo_rates,
+    seed_headers,
+)
 
-# The seed's --data strings, byte for byte.
-SEED_INITIALIZE = (
-    b'{\n    "jsonrpc": "2.0",\n    "id": 1,\n    "method": "initialize",\n    "params": {\n'
-    b'      "protocolVersion": "2025-06-18",\n      "capabilities": {},\n      "clientInfo": {\n'
-    b'        "name": "curl",\n        "version": "1.0.0"\n      }\n    }\n  }'
-)
-SEED_TOOLS_LIST = (
-    b'{\n    "jsonrpc": "2.0",\n    "id": 2,\n    "method": "tools/list",\n    "params": {}\n  }'
-)
-SEED_TOOLS_CALL = (
-    b'{\n    "jsonrpc": "2.0",\n    "id": 3,\n    "method": "tools/call",\n    "params": {\n'
-    b'      "name": "frankfurter_latest_rate",\n      "arguments": {\n        "base": "USD",\n'
-    b'        "quote": "EUR"\n      }\n    }\n  }'
-)
 # What api.frankfurter.dev answers for /v1/latest?base=USD&symbols=EUR (its documented shape).
 FRANKFURTER_ANSWER = {"amount": 1.0, "base": "USD", "date": "2026-11-27", "rates": {"EUR": 0.9464}}
 
@@ -73,32 +62,6 @@ async def frankfurter() -> AsyncIterator[Frankfurter]:
         yield state
 
 
-async def seed_demo_rates(client: Client, admin: str, upstream_port: int) -> str:
-    """The demo's currency-rates agent and its operation, the URL pointed at the stand-in."""
-    demo = load_demo_file(8090)
-    operation = next(op for op in demo.operations if op.name == "frankfurter_latest_rate")
-    agent = next(a for a in demo.agents if a.slug == "currency-rates").agent()
-    spec: dict[str, Any] = spec_to_builtins(operation)
-    assert spec["request"]["url"] == "https://api.frankfurter.dev/v1/latest"
-    spec["request"]["url"] = f"http://127.0.0.1:{upstream_port}/v1/latest"
-
-    await ok(await client.post("/api/v1/workspaces", json={"slug": "default"}, headers=auth(admin)))
-    await grant_egress(client, admin, "default", f"127.0.0.1:{upstream_port}")
-    await publish_operation(client, admin, spec)
-    created = await ok(
-        await client.post(f"{BASE}/agents", json=spec_to_builtins(agent), headers=auth(admin))
-    )
-    await ok(
-        await client.post(
-            f"{BASE}/agents/currency-rates/publish", headers=auth(admin, created.headers["etag"])
-        )
-    )
-    key = await ok(
-        await client.post(f"{BASE}/keys", json={"agent": "currency-rates"}, headers=auth(admin))
-    )
-    return str(key.json()["key"])
-
-
 async def test_the_seed_curl_lines_replayed_byte_for_byte_call_the_upstream(
     client: Client,
     admin_token: str,
@@ -113,24 +76,11 @@ async def test_the_seed_curl_lines_replayed_byte_for_byte_call_the_upstream(
         curl_client(gateway.url) as http,
     ):
         # curl -i ... -H 'Accept: application/json, text/event-stream' --data '<initialize>'
-        init = await http.post(
-            SEED_URL_PATH,
-            content=SEED_INITIALIZE,
-            headers=[
-                ("Authorization", f"Bearer {key}"),
-                ("Content-Type", "application/json"),
-                ("Accept", "application/json, text/event-stream"),
-            ],
-        )
+        init = await http.post(SEED_URL_PATH, content=SEED_INITIALIZE, headers=seed_headers(key))
         assert init.status_code == 200, init.text
         assert init.json()["result"]["protocolVersion"] == "2025-06-18"
         session_id = init.headers["MCP-Session-Id"]
-        in_session = [
-            ("Authorization", f"Bearer {key}"),
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json"),
-            ("MCP-Session-Id", session_id),
-        ]
+        in_session = seed_headers(key, session_id)
 
         listed = await http.post(SEED_URL_PATH, content=SEED_TOOLS_LIST, headers=in_session)
         assert listed.status_code == 200, listed.text

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from mcp_gateway.upkeep.metrics import method_class
 from tests.support.api import Client
 from tests.support.gateway import run_gateway
 from tests.support.mcp import bearer
+from tests.support.metrics import labels, parse_samples
 from tests.support.rates import PATH, Upstream, call_body, open_session_at, seed, serve_rates
 
 AGENT = "default/rates"
@@ -38,18 +38,6 @@ async def rates_upstream() -> AsyncIterator[Upstream]:
         yield state
 
 
-def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def labels(**values: str) -> frozenset[tuple[str, str]]:
-    return frozenset(values.items())
-
-
 async def test_metrics_count_tool_calls_by_outcome_and_time_the_upstream(
     client: Client, admin_token: str, database_url: str, tmp_path: Path, rates_upstream: Upstream
 ) -> None:
@@ -70,7 +58,7 @@ async def test_metrics_count_tool_calls_by_outcome_and_time_the_upstream(
         scraped = await http.get(f"http://127.0.0.1:{gateway.metrics_port}/metrics")
 
     assert scraped.status_code == 200
-    found = samples(scraped.text)
+    found = parse_samples(scraped.text)
     calls = "crank_tool_calls_total"
     assert found[(calls, labels(agent=AGENT, tool="latest_rate", outcome="ok"))] == 2
     assert found[(calls, labels(agent=AGENT, tool="latest_rate", outcome="invalid_arguments"))] == 1

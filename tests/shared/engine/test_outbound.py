@@ -33,6 +33,7 @@ from shared.engine.outbound import (
     parse_retry_after,
 )
 from shared.engine.ssrf import AddressPolicy, parse_allowlist
+from tests.support.gateway import serve_no_http
 from tests.support.sockets import StubResolver
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -593,3 +594,14 @@ async def test_clients_past_the_cache_size_are_closed_and_built_again(
         ]
     assert bodies == [b"one", b"two", b"one", b"one"]
     assert net.addresses == ["127.0.0.1"] * 3  # the evicted client for `one` was rebuilt once
+
+
+async def test_an_answer_that_is_no_http_is_invalid_and_its_reason_names_no_url() -> None:
+    """The reason reaches the call log, approval records and logs (docs/security.md,
+    "What logs never hold"): reqwest's "error sending request for url (...)" would
+    carry the path and query values of the call."""
+
+    async with serve_no_http() as port, executor(port) as ex:
+        with pytest.raises(UpstreamResponseInvalid) as caught:
+            await ex.execute(get(f"http://127.0.0.1:{port}/orders/argvalue-1?q=argvalue-2"))
+    assert str(caught.value) == "unusable upstream answer: invalid HTTP version parsed"
