@@ -381,8 +381,10 @@ def tail(log: Path) -> str:
     return log.read_text(errors="replace")[-3000:]
 
 
-async def wait_up(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 30
+async def wait_up(
+    url: str, process: subprocess.Popen[bytes], log: Path, timeout_s: float = 30.0
+) -> None:
+    deadline = time.monotonic() + timeout_s
     async with aiohttp.ClientSession() as http:
         while time.monotonic() < deadline:
             if process.poll() is not None:
@@ -394,7 +396,7 @@ async def wait_up(url: str, process: subprocess.Popen[bytes], log: Path) -> None
             except aiohttp.ClientError:
                 pass
             await asyncio.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up:\n{tail(log)}")
+    raise RuntimeError(f"{url} did not come up within {timeout_s:g} s:\n{tail(log)}")
 
 
 async def upstream_count(port: int) -> int:

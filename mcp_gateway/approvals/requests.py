@@ -124,7 +124,9 @@ async def request_approval(
                     request_id=ctx.request_id,
                     wrap_arrays=wrap_arrays,
                 )
-            approval_id = await store.insert_unless_active(conn, new)
+            approval_id = await store.insert_unless_active(
+                conn, new, ctx.approval_outcome_retention_s
+            )
             if approval_id is None:
                 found = await store.find_active(conn, new)
                 if found is None:

@@ -31,6 +31,7 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
+import psycopg
 from psycopg.types.json import Jsonb
 
 # The record, its cursor and the decision are shared with the console
@@ -104,9 +105,27 @@ class NewApproval:
     max_attempts: int
 
 
-async def insert_unless_active(conn: Connection, new: NewApproval) -> str | None:
+async def insert_unless_active(conn: Connection, new: NewApproval, retention_s: int) -> str | None:
     """The id of a new pending row, or None when an active row for the same
-    call exists (the unique index decides, also between replicas)."""
+    call exists (the unique index decides, also between replicas), or when the
+    call's previous approval finished since the caller's ``claim_outcome`` and
+    its outcome is still to be delivered: the insert is rolled back, and the
+    caller's next claim delivers that outcome (docs/architecture.md, "Approval
+    outcomes"). Without that check the repeat would ask a human again for a
+    call that has just run, and the run's outcome would never be delivered.
+
+    The check is a second statement in the insert's transaction: an insert
+    that went through because the active row finished waited for (or came
+    after) that commit, so the second statement's snapshot sees it finished."""
+    async with conn.transaction() as tx:
+        approval_id = await _insert_pending(conn, new)
+        if approval_id is None or not await _outcome_pending(conn, new, approval_id, retention_s):
+            return approval_id
+        raise psycopg.Rollback(tx)
+    return None
+
+
+async def _insert_pending(conn: Connection, new: NewApproval) -> str | None:
     cur = await conn.execute(
         f"""INSERT INTO approvals (id, workspace_id, agent_id, operation_id, key_id, tool, version,
                                   arguments, arguments_hash, request, expires_at, max_attempts)
@@ -132,6 +151,24 @@ async def insert_unless_active(conn: Connection, new: NewApproval) -> str | None
     )
     row = await cur.fetchone()
     return None if row is None else str(row["id"])
+
+
+async def _outcome_pending(
+    conn: Connection, new: NewApproval, inserted: str, retention_s: int
+) -> bool:
+    """Whether the call's latest row before ``inserted`` holds an outcome ``claim_outcome``
+    would deliver (the same conditions)."""
+    cur = await conn.execute(
+        f"""SELECT EXISTS (
+                SELECT FROM approvals
+                 WHERE id = (SELECT id FROM approvals WHERE {_IDENTITY} AND id <> %s
+                              ORDER BY created_at DESC, id DESC LIMIT 1)
+                   AND status IN {FINISHED} AND delivered_at IS NULL
+                   AND {FINISHED_AT} > now() - make_interval(secs => %s)) AS pending""",
+        (new.agent_id, new.operation_id, new.version, new.arguments_hash, inserted, retention_s),
+    )
+    row = await cur.fetchone()
+    return bool(row is not None and row["pending"])
 
 
 async def find_active(conn: Connection, new: NewApproval) -> tuple[str, bool] | None:

@@ -37,6 +37,7 @@ ALLOWED = {
     ("executing", "failed"),
 }
 DISALLOWED = sorted(set(itertools.product(STATUSES, STATUSES)) - ALLOWED)
+RETENTION_S = 86400  # CRANK_APPROVAL_OUTCOME_RETENTION_S's default
 
 
 @pytest.fixture
@@ -165,21 +166,115 @@ async def test_a_concurrent_identical_insert_waits_for_the_first_and_finds_its_r
     pool: AsyncConnectionPool[Connection], ids: dict[str, int], database_url: str
 ) -> None:
     new = new_approval(ids, {"order_id": "ord_1", "amount": 100})
-    async with await connect(database_url) as holder:  # not autocommit: holds its insert open
-        held = await store.insert_unless_active(holder, new)
-        assert held is not None
 
-        async def second() -> str | None:
-            async with pool.connection() as conn:
-                return await store.insert_unless_active(conn, new)
+    async def second() -> str | None:
+        async with pool.connection() as conn:
+            return await store.insert_unless_active(conn, new, RETENTION_S)
 
-        racing = asyncio.create_task(second())
-        await asyncio.sleep(0.3)
-        assert not racing.done()  # waits on the uncommitted row of the unique index
-        await holder.commit()
+    async with await connect(database_url) as holder:
+        async with holder.transaction():  # holds its insert open (a savepoint inside)
+            held = await store.insert_unless_active(holder, new, RETENTION_S)
+            assert held is not None
+            racing = asyncio.create_task(second())
+            await asyncio.sleep(0.3)
+            assert not racing.done()  # waits on the uncommitted row of the unique index
         assert await asyncio.wait_for(racing, 10) is None
     async with pool.connection() as conn:
         assert await store.find_active(conn, new) == (held, False)
+
+
+async def test_a_call_that_finishes_between_the_claim_and_the_insert_delivers_its_outcome(
+    pool: AsyncConnectionPool[Connection], ids: dict[str, int]
+) -> None:
+    """The repeat's claim misses the running row; the row finishes; the repeat's insert
+    must not open a second approval (a human asked again for a call that ran, and its
+    outcome never delivered: seen by bench/soak.py). The next claim delivers it."""
+    new = new_approval(ids, {"order_id": "ord_2", "amount": 100})
+    async with pool.connection() as conn:
+        running = await store.insert_unless_active(conn, new, RETENTION_S)
+        assert running is not None
+        for status in ("approved", "executing"):
+            await conn.execute("UPDATE approvals SET status = %s WHERE id = %s", (status, running))
+        assert await store.claim_outcome(conn, new, RETENTION_S) is None  # still running
+        await conn.execute(
+            "UPDATE approvals SET status = 'completed', completed_at = now() WHERE id = %s",
+            (running,),
+        )
+        assert await store.insert_unless_active(conn, new, RETENTION_S) is None
+        assert await store.find_active(conn, new) is None
+        claimed = await store.claim_outcome(conn, new, RETENTION_S)
+        assert claimed is not None
+        assert (claimed.id, claimed.status) == (running, "completed")
+        count = await (await conn.execute("SELECT count(*) AS n FROM approvals")).fetchone()
+        assert count == {"n": 1}
+        created = await (
+            await conn.execute(
+                "SELECT count(*) AS n FROM webhook_deliveries WHERE approval_id <> %s", (running,)
+            )
+        ).fetchone()
+        assert created == {"n": 0}  # the rolled-back insert enqueued nothing
+        # Once delivered, the next repeat asks anew, as after any delivery.
+        again = await store.insert_unless_active(conn, new, RETENTION_S)
+        assert again is not None
+        assert again != running
+
+
+async def test_an_insert_waiting_on_a_finishing_row_sees_the_finish_and_inserts_nothing(
+    pool: AsyncConnectionPool[Connection], ids: dict[str, int], database_url: str
+) -> None:
+    """The finish is still uncommitted when the insert meets the unique index: the insert
+    waits for it, then its check sees the finished row."""
+    new = new_approval(ids, {"order_id": "ord_3", "amount": 100})
+    async with pool.connection() as conn:
+        running = await store.insert_unless_active(conn, new, RETENTION_S)
+        assert running is not None
+        for status in ("approved", "executing"):
+            await conn.execute("UPDATE approvals SET status = %s WHERE id = %s", (status, running))
+    async with await connect(database_url) as finisher:  # not autocommit: holds its finish open
+        await finisher.execute(
+            "UPDATE approvals SET status = 'failed', completed_at = now() WHERE id = %s",
+            (running,),
+        )
+
+        async def repeat() -> str | None:
+            async with pool.connection() as conn:
+                return await store.insert_unless_active(conn, new, RETENTION_S)
+
+        racing = asyncio.create_task(repeat())
+        await asyncio.sleep(0.3)
+        assert not racing.done()  # waits on the finishing row of the unique index
+        await finisher.commit()
+        assert await asyncio.wait_for(racing, 10) is None
+    async with pool.connection() as conn:
+        claimed = await store.claim_outcome(conn, new, RETENTION_S)
+        assert claimed is not None
+        assert (claimed.id, claimed.status) == (running, "failed")
+
+
+async def test_a_new_approval_is_made_when_the_previous_outcome_is_delivered_or_too_old(
+    pool: AsyncConnectionPool[Connection], ids: dict[str, int]
+) -> None:
+    async with pool.connection() as conn:
+        for n, (delivered, age) in enumerate(((True, "0"), (False, "2 days"))):
+            new = new_approval(ids, {"order_id": f"ord_old_{n}", "amount": 1})
+            await conn.execute(
+                """INSERT INTO approvals (id, workspace_id, agent_id, operation_id, tool, version,
+                                          arguments, arguments_hash, request, status, decided_at,
+                                          delivered_at, expires_at)
+                   VALUES (%s, %s, %s, %s, 'refund', 1, '{}', %s, '{}', 'denied',
+                           now() - %s::interval, CASE WHEN %s THEN now() END,
+                           now() + interval '1 hour')""",
+                (
+                    store.new_approval_id(),
+                    ids["workspace"],
+                    ids["a"],
+                    ids["operation"],
+                    new.arguments_hash,
+                    age,
+                    delivered,
+                ),
+            )
+            assert await store.insert_unless_active(conn, new, RETENTION_S) is not None
 
 
 async def test_the_sweep_expires_only_pending_rows_past_their_time(
