@@ -3,6 +3,7 @@ receiver on loopback that decodes what a gateway process exports."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -99,6 +100,7 @@ class Receiver:
 
     port: int = field(default_factory=free_port)
     spans: list[ExportedSpan] = field(default_factory=list)
+    exported: asyncio.Event = field(default_factory=asyncio.Event)  # set on each export
 
     @property
     def endpoint(self) -> str:
@@ -130,11 +132,23 @@ class Receiver:
                             ],
                         )
                     )
+        self.exported.set()
         body = ExportTraceServiceResponse().SerializeToString()
         return web.Response(body=body, content_type="application/x-protobuf")
 
     def named(self, name: str) -> list[ExportedSpan]:
         return [span for span in self.spans if span.name == name]
+
+    async def arrived(self, *names: str, timeout_s: float = 30) -> dict[str, ExportedSpan]:
+        """The one span of each name, once all have arrived."""
+        async with asyncio.timeout(timeout_s):
+            while not all(self.named(name) for name in names):
+                self.exported.clear()
+                await self.exported.wait()
+        found = {}
+        for name in names:
+            (found[name],) = self.named(name)
+        return found
 
 
 @asynccontextmanager
