@@ -67,9 +67,8 @@ _METHODS = frozenset(
         "notifications/initialized",
         "notifications/cancelled",
         "tasks/get",
-        "tasks/result",
+        "tasks/update",
         "tasks/cancel",
-        "tasks/list",
     }
 )
 _MAX_ATTRIBUTE = 128  # characters kept of a client-chosen value (a method name)
@@ -258,9 +257,9 @@ class RequestTrace:
             self._error = (str(code), message)
 
     def crashed(self, exc: BaseException) -> None:
+        """A bug answered 500: its class only (its text may hold request data; the log
+        has the traceback under the request id)."""
         self._error = (type(exc).__qualname__, None)
-        if self._span is not None:
-            self._span.record_exception(exc)
 
     def finish(
         self, http_method: str, workspace: str | None, agent: str | None, request_id: str | None

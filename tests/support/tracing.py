@@ -87,6 +87,7 @@ class ExportedSpan:
     attributes: dict[str, Any]
     service_name: str
     links: list[tuple[int, int]]
+    status_code: int  # opentelemetry.proto.trace.v1.trace_pb2.Status.StatusCode
 
 
 def _value(value: AnyValue) -> Any:
@@ -123,6 +124,7 @@ class Receiver:
                             parent_span_id=int.from_bytes(span.parent_span_id, "big") or None,
                             attributes={a.key: _value(a.value) for a in span.attributes},
                             service_name=str(resource.get("service.name")),
+                            status_code=span.status.code,
                             links=[
                                 (
                                     int.from_bytes(link.trace_id, "big"),

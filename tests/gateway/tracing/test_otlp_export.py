@@ -16,6 +16,7 @@ from mcp import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
 from opentelemetry import context, trace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as SpanProto
+from opentelemetry.proto.trace.v1.trace_pb2 import Status as StatusProto
 
 from tests.support.api import Client
 from tests.support.approvals import TOOL, Shop, insert_approved, publish_shop, serve_shop
@@ -160,3 +161,28 @@ async def test_an_approved_call_run_by_the_worker_is_a_span_of_its_own_with_its_
     assert run.attributes["gen_ai.tool.name"] == TOOL
     assert (sent.trace_id, sent.parent_span_id) == (run.trace_id, run.span_id)
     assert sent.attributes["http.response.status_code"] == shop.status
+
+
+async def test_a_failed_call_marks_both_spans_with_cranks_error_code(
+    client: Client, admin_token: str, database_url: str, tmp_path: Path
+) -> None:
+    async with (
+        traced_gateway(client, admin_token, database_url, tmp_path) as traced,
+        httpx.AsyncClient(base_url=traced.gateway.url, timeout=20) as http,
+    ):
+        session = {**bearer(traced.key), "MCP-Session-Id": await open_session_at(http, traced.key)}
+        # blocked_rate's upstream is outside the egress policy: refused before any connect.
+        answer = await http.post(
+            PATH, json=call_body("blocked_rate", {"base": "USD", "quote": "EUR"}), headers=session
+        )
+        code = answer.json()["result"]["structuredContent"]["error_code"]
+        spans = await traced.receiver.arrived("tools/call blocked_rate", UPSTREAM_SPAN)
+
+    served, sent = spans["tools/call blocked_rate"], spans[UPSTREAM_SPAN]
+    assert served.attributes["crank.outcome"] == code
+    assert served.attributes["error.type"] == "tool_error"  # the MCP conventions' value
+    assert served.status_code == StatusProto.STATUS_CODE_ERROR
+    assert sent.parent_span_id == served.span_id
+    assert sent.attributes["error.type"] == code
+    assert "http.response.status_code" not in sent.attributes  # no answer came
+    assert sent.status_code == StatusProto.STATUS_CODE_ERROR
