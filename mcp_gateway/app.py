@@ -75,6 +75,7 @@ from mcp_gateway.upkeep.replicas import Replicas
 from mcp_gateway.upkeep.retention import Pruner
 from mcp_gateway.webhooks.deliverer import DeliveryOptions, WebhookDeliverer
 from mcp_gateway.webhooks.outbox import CHANNEL as WEBHOOKS_CHANNEL
+from shared import tracing
 from shared.crypto import KeyHasher, SecretBox
 from shared.db import open_pool
 from shared.engine.outbound import ExecutorConfig, UpstreamExecutor
@@ -172,6 +173,8 @@ class GatewayApp:
     async def _start(self) -> None:
         settings = self.settings
         configure_logging(settings.log_level)
+        # Per worker process, after granian forked it (docs/tracing.md).
+        tracing.configure(on=settings.otel_enabled, service_name="crank-gateway")
         assert settings.database_url is not None
         conninfo = resilient_conninfo(settings.database_url)
         # Autocommit: the gateway mostly reads; multi-statement work opens its own transaction.
@@ -392,6 +395,7 @@ class GatewayApp:
             await self.state.executor.close()
             await self.state.refresher.stop()
             await self.state.pool.close()
+        tracing.shutdown()  # export the spans still buffered
         log.info("gateway_stopped")
 
 

@@ -83,6 +83,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     webhook_max_age_s: int = 86400
     language: Literal["en", "ru"] = "en"
     log_level: str = "info"
+    # OpenTelemetry tracing of the gateway; the standard OTEL_* variables configure the
+    # exporter (docs/tracing.md).
+    otel_enabled: bool = False
     max_body_bytes: int = 1_048_576  # an MCP request, and an admin API route's JSON body
     # The body of apply and OpenAPI import (editors only), and an OpenAPI document fetched by URL.
     max_document_bytes: int = 33_554_432

@@ -42,6 +42,7 @@ from mcp_gateway.catalog.workspace_state import WorkspaceState
 from mcp_gateway.pipeline.accounting import account_call
 from mcp_gateway.request_ids import new_request_id
 from mcp_gateway.upkeep.call_log import CallLogWriter
+from shared import tracing
 from shared.crypto import SecretBox
 from shared.db import Connection
 from shared.engine.compiler import CompiledOperation, compile_operation
@@ -129,6 +130,11 @@ class Outcome:
     truncated: bool = False  # completed: the selection was cut to fit
 
 
+def _outcome_code(outcome: Outcome) -> str:
+    """ok, or the failed call's error code (the call log's outcome)."""
+    return "ok" if outcome.status == "completed" else str(outcome.payload["error_code"])
+
+
 class Deferred(Exception):
     """The database failed before the upstream call: leave the row to be re-claimed."""
 
@@ -173,6 +179,22 @@ class Performer:
 
     async def perform(self, row: Claimed) -> Outcome:
         """The outcome to record; raises ``Deferred`` when the database failed first."""
+        request_id = new_request_id()  # this run's own: the tools/call has its own
+        if not tracing.enabled:
+            return await self._perform(row, request_id)
+        with tracing.approval_span(
+            approval_id=row.id,
+            attempt=row.attempt,
+            tool=row.tool,
+            workspace=row.workspace,
+            agent=row.agent,
+            request_id=request_id,
+        ) as span:  # the upstream call's span is its child (docs/tracing.md)
+            outcome = await self._perform(row, request_id)
+            span.set_attribute("crank.outcome", _outcome_code(outcome))
+            return outcome
+
+    async def _perform(self, row: Claimed, request_id: str) -> Outcome:
         called_at, started = datetime.now(UTC), time.perf_counter()
         upstream = UpstreamCall()
         try:
@@ -197,10 +219,10 @@ class Performer:
             workspace_id=row.workspace_id,
             agent_id=row.agent_id,
             key_id=row.key_id,
-            request_id=new_request_id(),  # this run's own: the tools/call has its own
+            request_id=request_id,
             tool=row.tool,
             tool_version=row.version,
-            outcome="ok" if outcome.status == "completed" else outcome.payload["error_code"],
+            outcome=_outcome_code(outcome),
             upstream=upstream,
             called_at=called_at,
             duration_ms=(time.perf_counter() - started) * 1000,

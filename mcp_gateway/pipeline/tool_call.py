@@ -171,6 +171,8 @@ async def tools_call(call: Exchange, message: Message, *, modern: bool) -> bytes
     tool = call.agent.by_name.get(name) if isinstance(name, str) else None
     if tool is None:
         # -32602 in HTTP 200: clients read a 404 on POST as "session gone".
+        if call.trace is not None:
+            call.trace.rpc_error(INVALID_PARAMS, "unknown tool")
         return encode(error(message.id, INVALID_PARAMS, f"Unknown tool: {name}"))
     try:
         human = _human(call, message, tool, modern=modern)
@@ -242,6 +244,10 @@ async def tools_call(call: Exchange, message: Message, *, modern: bool) -> bytes
         duration_ms=(time.perf_counter() - started) * 1000,
         approval_id=approval_id,
     )
+    if call.trace is not None:
+        call.trace.tool_call(
+            tool.name, tool.version, outcome, approval_id, value.get("isError") is True
+        )
     if modern:
         value.setdefault("resultType", "complete")
     return encode(result(message.id, value))

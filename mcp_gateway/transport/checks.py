@@ -77,9 +77,15 @@ async def read_request(exchange: Exchange, *, batches: bool) -> Message | list[A
         raise ProtocolError(400, f"Parse error: {exc}", code=PARSE_ERROR) from None
     if isinstance(value, list):
         if batches:
+            if exchange.trace is not None:
+                exchange.trace.batch(len(value))
             return value
         raise ProtocolError(400, BATCHES_REFUSED, code=INVALID_REQUEST)
     try:
-        return parse_message(value)
+        message = parse_message(value)
     except InvalidMessage as exc:
         raise ProtocolError(400, str(exc), code=INVALID_REQUEST, rpc_id=exc.request_id) from None
+    if exchange.trace is not None:  # the span starts here: its parent may be in _meta
+        version = exchange.headers.get("mcp-protocol-version")
+        exchange.trace.message(message.method, message.id, message.params.get("_meta"), version)
+    return message

@@ -25,6 +25,7 @@ from mcp_gateway.transport.exchange import Exchange
 from mcp_gateway.transport.jsonrpc import INTERNAL_ERROR
 from mcp_gateway.transport.versions import LEGACY_VERSIONS
 from mcp_gateway.upkeep.metrics import latency_histogram, requests_counter
+from shared import tracing
 
 _ALLOW = {"Allow": "GET, POST, DELETE"}
 log = structlog.get_logger(__name__)
@@ -37,9 +38,14 @@ async def handle(
     started = time.perf_counter()
     headers = Headers(scope)
     exchange: Exchange | None = None
+    trace = tracing.RequestTrace(headers.get) if tracing.enabled else None  # (docs/tracing.md)
+    if trace is not None:
+        send = trace.watch(send)
     try:
         agent, key = await authenticate(state, scope, headers, workspace, slug, "agent")
-        exchange = Exchange(state, scope, receive, send, headers, agent, key, new_request_id())
+        exchange = Exchange(
+            state, scope, receive, send, headers, agent, key, new_request_id(), trace=trace
+        )
         structlog.contextvars.bind_contextvars(
             request_id=exchange.request_id, agent=f"{workspace}/{slug}"
         )
@@ -54,10 +60,14 @@ async def handle(
         else:
             await legacy.handle(exchange, method, version_header or None)
     except ProtocolError as problem:
+        if trace is not None:
+            trace.rpc_error(problem.code, problem.message)
         label = "-" if exchange is None else exchange.label
         requests_counter(label, problem.status).inc()
         await respond(send, problem.status, problem.jsonrpc_body(), headers=problem.headers)
-    except Exception:
+    except Exception as exc:
+        if trace is not None:
+            trace.crashed(exc)
         # A bug, never an input (no input answers 500: docs/security.md,
         # "Hostile input"): logged with its request id, answered without a traceback.
         log.exception("mcp_endpoint_failed")
@@ -70,3 +80,8 @@ async def handle(
         if exchange is not None:
             latency_histogram(exchange.label).observe(time.perf_counter() - started)
             structlog.contextvars.unbind_contextvars("request_id", "agent")
+        if trace is not None:
+            if exchange is None:  # refused before the key was accepted
+                trace.finish(scope["method"], None, None, None)
+            else:
+                trace.finish(scope["method"], workspace, slug, exchange.request_id)

@@ -21,6 +21,7 @@ from mcp_gateway.transport.errors import ProtocolError
 from mcp_gateway.transport.jsonrpc import INVALID_REQUEST, RATE_LIMITED_CODE, RequestId
 from mcp_gateway.transport.rate_limits import MethodClass, OverCapacity
 from mcp_gateway.upkeep.metrics import RATE_LIMITED, requests_counter
+from shared.tracing import RequestTrace
 
 # Metric labels: a client names any method it likes; only these get a series of their own.
 _LABELLED = {
@@ -64,6 +65,7 @@ class Exchange:
     streaming: bool = False  # an SSE answer is open: notifications went out before the reply
     # A 2025 session that declared form elicitation: its hash (the form's answer is bound to it).
     elicitation_session: bytes | None = None
+    trace: RequestTrace | None = None  # the request's span, while tracing is on (docs/tracing.md)
 
     @property
     def label(self) -> str:

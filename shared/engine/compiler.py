@@ -38,11 +38,13 @@ import itertools
 import time
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from jsonschema.exceptions import ValidationError
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 
+from shared import tracing
 from shared.engine.answer_limits import OFF_LOOP_BYTES, raw_body_limit
 from shared.engine.argument_limits import child_path, oversized
 from shared.engine.canonical import normal_numbers
@@ -173,6 +175,8 @@ class CompiledOperation:
         )
         self._builder = RequestBuilder(spec, language=language)
         self._raw_limit = raw_body_limit(spec.response)
+        # The URL's path as the spec writes it ({var} unexpanded): no argument values.
+        self._path_template = urlsplit(spec.request.url).path or "/"
         self._selector = ResponseSelector(
             select=spec.response.select,
             max_items=spec.response.max_items,
@@ -227,10 +231,29 @@ class CompiledOperation:
         only ``ToolError`` (details: upstream_status, attempts, the masked upstream
         text or reason); ``upstream`` records the measurements either way."""
         upstream = UpstreamCall() if upstream is None else upstream
-        masker = built.masker
+        request = self.upstream_request(built, egress)
+        if tracing.enabled:  # a client span, its context sent upstream (docs/tracing.md)
+            with tracing.upstream_span(request, self._path_template) as traced:
+                error_code = None
+                try:
+                    return await self._send(executor, traced.request, built.masker, upstream)
+                except ToolError as exc:
+                    error_code = exc.error_code
+                    raise
+                finally:
+                    traced.ended(upstream.status, upstream.attempts, error_code)
+        return await self._send(executor, request, built.masker, upstream)
+
+    async def _send(
+        self,
+        executor: UpstreamExecutor,
+        request: UpstreamRequest,
+        masker: Masker,
+        upstream: UpstreamCall,
+    ) -> Selected:
         started = time.perf_counter()
         try:
-            response = await executor.execute(self.upstream_request(built, egress))
+            response = await executor.execute(request)
         except OutboundError as exc:
             upstream.attempts = exc.attempts
             upstream.elapsed_ms = (time.perf_counter() - started) * 1000

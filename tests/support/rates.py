@@ -20,15 +20,18 @@ PATH = "/mcp/v1/default/rates"
 
 
 class Upstream:
-    """The rates upstream: records every request, answers 503 while ``unavailable``."""
+    """The rates upstream: records every request (and its ``traceparent``), answers 503
+    while ``unavailable``."""
 
     def __init__(self) -> None:
         self.seen: list[str] = []
+        self.traceparents: list[str | None] = []
         self.port = free_port()
         self.unavailable = False
 
     async def latest(self, request: web.Request) -> web.Response:
         self.seen.append(request.path_qs)
+        self.traceparents.append(request.headers.get("traceparent"))
         if self.unavailable:
             return web.json_response({"message": "maintenance"}, status=503)
         return web.json_response(
