@@ -12,7 +12,7 @@ A case that breaks a rule is shrunk by Hypothesis and printed with the blob
 that reproduces it (``@reproduce_failure``); the run goes on
 with the next one. At the end: every outcome and how often it came, the
 violations, the worker's RSS at start, at the end and at its peak against the
-bound of tests/gateway/fuzz/conftest.py, and whether the process still serves.
+bound of tests/gateway/fuzz/fuzzed.py, and whether the process still serves.
 Exit status 1 on any violation, a dead process or the memory bound crossed.
 
 Needs a PostgreSQL (``CRANK_BENCH_DATABASE_URL``, default the local server); it
@@ -43,7 +43,7 @@ from bench.harness import admin_token, create_database, drop_database  # noqa: E
 from control_plane.app import create_app  # noqa: E402
 from shared.settings import Settings  # noqa: E402
 from tests.gateway.fuzz.catalog import gateway_env, seed, serve_echo  # noqa: E402
-from tests.gateway.fuzz.conftest import MAX_WORKER_RSS_MIB  # noqa: E402
+from tests.gateway.fuzz.fuzzed import MAX_WORKER_RSS_MIB  # noqa: E402
 from tests.gateway.fuzz.oracles import worker_rss_mib  # noqa: E402
 from tests.gateway.fuzz.runs import (  # noqa: E402
     Target,

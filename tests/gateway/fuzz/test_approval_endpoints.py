@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gateway.fuzz.conftest import Fuzzed, ci_settings
+from tests.gateway.fuzz.fuzzed import Fuzzed, ci_settings
 from tests.gateway.fuzz.runs import fuzz_approvals, pending_approvals
 
 EXAMPLES = 300

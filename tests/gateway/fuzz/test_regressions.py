@@ -3,7 +3,7 @@ fuzzer draws next (docs/mcp-interface.md, "What is fuzzed")."""
 
 from __future__ import annotations
 
-from tests.gateway.fuzz.conftest import Fuzzed
+from tests.gateway.fuzz.fuzzed import Fuzzed
 from tests.gateway.fuzz.runs import argument_case
 
 

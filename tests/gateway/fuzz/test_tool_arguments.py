@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.gateway.fuzz.catalog import TOOLS
-from tests.gateway.fuzz.conftest import Fuzzed, ci_settings
+from tests.gateway.fuzz.fuzzed import Fuzzed, ci_settings
 from tests.gateway.fuzz.runs import fuzz_arguments
 
 EXAMPLES = 30 * len(TOOLS)
