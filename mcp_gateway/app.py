@@ -36,13 +36,13 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from aiohttp import web
 from granian.utils.proxies import wrap_asgi_with_proxy_headers
 
-from mcp_gateway.approvals import endpoints as approval_endpoints
+from mcp_gateway.approvals import store as approvals_store
 from mcp_gateway.approvals.expiry import ExpirySweeper
 from mcp_gateway.approvals.leases import CHANNEL as APPROVALS_CHANNEL
 from mcp_gateway.approvals.waiters import CHANNEL as FINISHED_CHANNEL
@@ -50,29 +50,36 @@ from mcp_gateway.approvals.waiters import ApprovalWaiters
 from mcp_gateway.approvals.worker import ApprovalWorker
 from mcp_gateway.catalog.keys import KeyResolver
 from mcp_gateway.catalog.lookup_limits import LookupLimits
+from mcp_gateway.catalog.refresher import CHANNEL as CATALOG_CHANNEL
 from mcp_gateway.catalog.refresher import Refresher, resilient_conninfo
 from mcp_gateway.catalog.snapshot import Snapshot, SnapshotOptions
 from mcp_gateway.inbox import page as inbox_page
-from mcp_gateway.pipeline import elicitation_stream
+from mcp_gateway.pipeline import elicitation_answers
+from mcp_gateway.pipeline.calls import Pipeline
 from mcp_gateway.pipeline.confirmation_tokens import REQUEST_STATES, ConfirmationSigner
-from mcp_gateway.state import GatewayState
-from mcp_gateway.transport import endpoint
+from mcp_gateway.sessions.signer import SessionSigner
+from mcp_gateway.sessions.terminations import CHANNEL as SESSIONS_CHANNEL
+from mcp_gateway.sessions.terminations import Terminations
+from mcp_gateway.transport import approval_endpoints, endpoint
 from mcp_gateway.transport.asgi import Receive, Scope, Send, respond
 from mcp_gateway.transport.errors import ProtocolError
-from mcp_gateway.transport.jsonrpc import encode
 from mcp_gateway.transport.rate_limits import RateLimiter
-from mcp_gateway.transport.sessions import SessionSigner
+from mcp_gateway.transport.state import GatewayState
 from mcp_gateway.transport.streams import StreamHub
 from mcp_gateway.upkeep.backlog import BacklogGauges
 from mcp_gateway.upkeep.call_log import CallLogWriter
+from mcp_gateway.upkeep.health import DatabaseHealth
+from mcp_gateway.upkeep.lifecycle import Service, Services
 from mcp_gateway.upkeep.metrics import (
     DATABASE_REACHABLE,
     SNAPSHOT_AGE,
     SNAPSHOT_VERSION,
     start_metrics_server,
 )
+from mcp_gateway.upkeep.notifications import Notifications
 from mcp_gateway.upkeep.replicas import Replicas
 from mcp_gateway.upkeep.retention import Pruner
+from mcp_gateway.vocabulary.jsonrpc import encode
 from mcp_gateway.webhooks.deliverer import DeliveryOptions, WebhookDeliverer
 from mcp_gateway.webhooks.outbox import CHANNEL as WEBHOOKS_CHANNEL
 from shared import tracing
@@ -97,11 +104,10 @@ class GatewayApp:
         self.settings = settings
         self.secret_key = settings.require_secret_key()
         self.state: GatewayState | None = None
-        self._metrics: web.AppRunner | None = None
-        self._pruner: Pruner | None = None
-        self._expiry: ExpirySweeper | None = None
-        self._webhooks: WebhookDeliverer | None = None
+        self._services = Services([])
         self._chained_signals: dict[int, Any] = {}  # signal -> the handler we chained to
+        self._on_signal: list[Callable[[], None]] = []
+        self._notifications: Notifications | None = None
         # Behind the proxies it names, the client address is the one they forwarded
         # (docs/architecture.md, "Keys": the per-address look-up limit counts by it).
         self._http = (
@@ -138,21 +144,24 @@ class GatewayApp:
             await respond(send, 404, ProtocolError(404, "no such path").problem_body())
 
     async def _readyz(self, state: GatewayState, send: Send) -> None:
-        refresher = state.refresher
+        catalog, health = state.catalog, state.health
         body: dict[str, Any] = {
-            "status": "ready" if refresher.ready else "degraded",
-            "snapshot_version": refresher.snapshot.version,
-            "snapshot_age_s": round(time.monotonic() - refresher.last_success, 3)
-            if refresher.loaded
+            "status": "ready" if catalog.ready else "degraded",
+            "snapshot_version": catalog.snapshot.version,
+            "snapshot_age_s": round(time.monotonic() - health.last_success, 3)
+            if catalog.loaded
             else None,
-            "database_reachable": refresher.database_reachable,
-            "listening": refresher.listening,
+            "database_reachable": health.reachable,
+            "listening": self._listening(),
             "replicas": state.replicas.count,  # live gateway processes sharing rate limits
         }
-        if not refresher.loaded:
+        if not catalog.loaded:
             body["status"] = "starting"
         # Degraded still serves the last snapshot; 503 tells load balancers and humans.
-        await respond(send, 200 if refresher.ready else 503, encode(body))
+        await respond(send, 200 if catalog.ready else 503, encode(body))
+
+    def _listening(self) -> bool:
+        return self._notifications is not None and self._notifications.listening
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -166,7 +175,10 @@ class GatewayApp:
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                await self._stop()
+                log.info("gateway_stopping")
+                await self._services.stop()
+                tracing.shutdown()  # export the spans still buffered
+                log.info("gateway_stopped")
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -188,95 +200,59 @@ class GatewayApp:
             check=True,
             reconnect_timeout_s=10.0,
         )
+        box = SecretBox(self.secret_key, settings.secret_key_previous)
+        health = DatabaseHealth()
+        notifications = Notifications(conninfo, enabled=settings.mcp_listen)
+        self._notifications = notifications
         streams = StreamHub()
-        waiters = ApprovalWaiters(pool)
-        elicitation_waiters = elicitation_stream.answer_waiters(pool)
-        self._end_streams_on_signal(streams, waiters, elicitation_waiters)
-        hasher = KeyHasher(self.secret_key, settings.secret_key_previous)
+        keys: KeyResolver
 
         def swapped(old: Snapshot, new: Snapshot) -> None:
             keys.snapshot_swapped(new)
             streams.snapshot_swapped(old, new)
             SNAPSHOT_VERSION.set(new.version)
 
-        refresher = Refresher(
+        catalog = Refresher(
             conninfo,
             refresh_s=settings.mcp_refresh_ms / 1000,
-            listen=settings.mcp_listen,
+            health=health,
             on_swap=swapped,
             snapshot_conninfo=resilient_conninfo(settings.snapshot_database_url)
             if settings.snapshot_database_url
             else None,
-            notify={
-                APPROVALS_CHANNEL: self._wake_approvals,
-                WEBHOOKS_CHANNEL: self._wake_webhooks,
-                FINISHED_CHANNEL: waiters.finished,
-                elicitation_stream.CHANNEL: elicitation_waiters.finished,
-            },
             options=SnapshotOptions(
-                page_size=settings.mcp_tools_page_size,
-                language=settings.language,
-                box=SecretBox(self.secret_key, settings.secret_key_previous),
+                page_size=settings.mcp_tools_page_size, language=settings.language, box=box
             ),
         )
         keys = KeyResolver(
-            hasher,
+            KeyHasher(self.secret_key, settings.secret_key_previous),
             pool,
-            database_reachable=lambda: refresher.database_reachable,
+            database_reachable=lambda: health.reachable,
             limits=LookupLimits(
                 parse_rate_limit(settings.key_lookup_limit),
                 parse_rate_limit(settings.key_lookup_limit_per_address),
             ),
         )
-        await refresher.start()
+        ended_sessions = Terminations(pool, health, refresh_s=settings.mcp_refresh_ms / 1000)
+        executor = UpstreamExecutor(
+            AddressPolicy.from_settings(
+                allow_private_upstreams=settings.allow_private_upstreams,
+                upstream_allowlist=settings.upstream_allowlist,
+            ),
+            ExecutorConfig.from_settings(settings),
+        )
+        call_log = CallLogWriter(pool, interval_s=settings.call_log_flush_ms / 1000)
+        key_use = LastUseRecorder("api_keys")
         replicas = Replicas(pool)
-        default_limit = settings.default_rate_limit()
-        self.state = GatewayState(
-            settings=settings,
-            pool=pool,
-            refresher=refresher,
-            keys=keys,
-            sessions=SessionSigner(self.secret_key, settings.mcp_session_ttl_s),
-            confirmations=ConfirmationSigner(self.secret_key, settings.confirmation_ttl_s),
-            request_states=ConfirmationSigner(
-                self.secret_key, settings.elicitation_ttl_s, REQUEST_STATES
-            ),
-            streams=streams,
-            waiters=waiters,
-            elicitation_waiters=elicitation_waiters,
-            key_use=LastUseRecorder("api_keys"),
-            call_log=CallLogWriter(pool, interval_s=settings.call_log_flush_ms / 1000),
-            executor=UpstreamExecutor(
-                AddressPolicy.from_settings(
-                    allow_private_upstreams=settings.allow_private_upstreams,
-                    upstream_allowlist=settings.upstream_allowlist,
-                ),
-                ExecutorConfig.from_settings(settings),
-            ),
-            replicas=replicas,
-            limiter=RateLimiter(replicas.share),
-            default_rate_limit=RateLimit(requests=default_limit[0], per_seconds=default_limit[1])
-            if default_limit
-            else None,
-        )
-        await self.state.executor.start()
-        self.state.approvals = ApprovalWorker(
+        approval_waiters = ApprovalWaiters(pool)
+        answer_waiters = elicitation_answers.answer_waiters(pool)
+        snapshot = lambda: catalog.snapshot  # noqa: E731 - read at each use
+        webhooks = WebhookDeliverer(
             pool,
-            self.state.executor,
+            executor,
             owner=replicas.replica_id,
-            snapshot=lambda: refresher.snapshot,
-            box=SecretBox(self.secret_key, settings.secret_key_previous),
-            call_log=self.state.call_log,
-            language=settings.language,
-            concurrency=settings.approval_workers,
-        )
-        self.state.approvals.start()
-        self._webhooks = WebhookDeliverer(
-            pool,
-            self.state.executor,
-            owner=replicas.replica_id,
-            snapshot=lambda: refresher.snapshot,
-            box=SecretBox(self.secret_key, settings.secret_key_previous),
+            snapshot=snapshot,
+            box=box,
             options=DeliveryOptions(
                 public_url=settings.public_url,
                 path_prefix=settings.public_path_prefix,
@@ -284,49 +260,101 @@ class GatewayApp:
                 max_age_s=settings.webhook_max_age_s,
             ),
         )
-        self._webhooks.start()
-        waiters.start()
-        elicitation_waiters.start()
-        replicas.start()
-        self._pruner = Pruner(pool, settings)
-        self._pruner.start()
-        self._expiry = ExpirySweeper(pool)
-        self._expiry.start()
-        self.state.key_use.start(pool)
-        self.state.call_log.start()
+        approvals = ApprovalWorker(
+            pool,
+            executor,
+            owner=replicas.replica_id,
+            snapshot=snapshot,
+            box=box,
+            call_log=call_log,
+            language=settings.language,
+            concurrency=settings.approval_workers,
+        )
+        pruner = Pruner(pool, settings, extra=[approvals_store.retention_rule(settings)])
+        expiry = ExpirySweeper(pool)
         backlog = BacklogGauges(pool)
+        for channel, callback, on_loss in (
+            (CATALOG_CHANNEL, catalog.wake, True),
+            (SESSIONS_CHANNEL, ended_sessions.wake, False),
+            (APPROVALS_CHANNEL, lambda _payload: approvals.wake(), False),
+            (WEBHOOKS_CHANNEL, lambda _payload: webhooks.wake(), False),
+            (FINISHED_CHANNEL, approval_waiters.finished, False),
+            (elicitation_answers.CHANNEL, answer_waiters.finished, False),
+        ):
+            notifications.subscribe(channel, callback, on_loss=on_loss)
+        # SIGTERM at once, before granian reaches the lifespan shutdown: streams and
+        # waits end, the approval worker claims no more (docs/architecture.md, "Shutdown").
+        self._on_signal = [
+            streams.shut_down,
+            approval_waiters.shut_down,
+            answer_waiters.shut_down,
+            approvals.stop_claiming,
+        ]
 
         async def before_scrape() -> None:
-            SNAPSHOT_AGE.set(time.monotonic() - refresher.last_success)
-            DATABASE_REACHABLE.set(refresher.database_reachable)
+            SNAPSHOT_AGE.set(time.monotonic() - health.last_success)
+            DATABASE_REACHABLE.set(health.reachable)
             await backlog.refresh()
 
-        self._metrics = await self._serve_metrics(settings, before_scrape)
-        log.info("gateway_started", snapshot_version=refresher.snapshot.version)
-
-    @staticmethod
-    async def _serve_metrics(
-        settings: Settings, before_scrape: Callable[[], Awaitable[None]]
-    ) -> web.AppRunner | None:
-        """Worker i of N serves metrics on ``CRANK_METRICS_PORT + i``: each takes the first
-        free port of that range (docs/architecture.md, "Gateway workers")."""
-        ports = range(
-            settings.metrics_port, settings.metrics_port + max(1, settings.gateway_workers)
+        metrics = _MetricsServer(settings, before_scrape)
+        # Started in this order, stopped in the reverse: what starts later uses what
+        # started before it (the pool, the executor, the call log), and stops first.
+        self._services = Services(
+            [
+                Service("pool", stop=pool.close),
+                Service("notifications", notifications.start, notifications.stop),
+                Service("catalog", catalog.start, catalog.stop),
+                Service("ended_sessions", ended_sessions.start, ended_sessions.stop),
+                Service("executor", executor.start, executor.close),
+                _loop("call_log", call_log),
+                Service("key_use", lambda: _now(key_use.start, pool), lambda: key_use.stop(pool)),
+                _loop("replicas", replicas),
+                _loop("approval_waiters", approval_waiters),
+                _loop("answer_waiters", answer_waiters),
+                Service("streams", stop=lambda: _now(streams.shut_down)),
+                _loop("webhooks", webhooks),  # stops before the executor closes
+                Service(  # finishes or releases claimed approvals when it stops
+                    "approvals",
+                    lambda: _now(approvals.start),
+                    lambda: approvals.stop(settings.approval_shutdown_grace_s),
+                ),
+                _loop("expiry", expiry),
+                _loop("retention", pruner),
+                Service("metrics", metrics.start, metrics.stop),
+                Service("signals", lambda: _now(self._chain_signals), self._unchain_signals),
+            ]
         )
-        error: OSError | None = None
-        for port in ports:
-            try:
-                return await start_metrics_server(settings.host, port, before_scrape)
-            except OSError as exc:  # taken by another worker
-                error = exc
-        log.warning(
-            "metrics_port_unavailable",
-            ports=f"{ports.start}-{ports.stop - 1}",
-            error=str(error),
+        await self._services.start()
+        self.state = GatewayState(
+            settings=settings,
+            pool=pool,
+            catalog=catalog,
+            health=health,
+            keys=keys,
+            sessions=SessionSigner(self.secret_key, settings.mcp_session_ttl_s),
+            ended_sessions=ended_sessions,
+            streams=streams,
+            pipeline=Pipeline(
+                settings,
+                pool=pool,
+                executor=executor,
+                confirmations=ConfirmationSigner(self.secret_key, settings.confirmation_ttl_s),
+                request_states=ConfirmationSigner(
+                    self.secret_key, settings.elicitation_ttl_s, REQUEST_STATES
+                ),
+                approval_waiters=approval_waiters,
+                answer_waiters=answer_waiters,
+                call_log=call_log,
+            ),
+            approvals=approvals,
+            key_use=key_use,
+            replicas=replicas,
+            limiter=RateLimiter(replicas.share),
+            default_rate_limit=_rate_limit(settings),
         )
-        return None
+        log.info("gateway_started", snapshot_version=catalog.snapshot.version)
 
-    def _end_streams_on_signal(self, streams: StreamHub, *waiters: ApprovalWaiters) -> None:
+    def _chain_signals(self) -> None:
         """Chain a handler for SIGTERM and SIGINT in front of the server's own.
 
         asyncio dispatches its signal handlers through the wake-up fd, not the
@@ -344,59 +372,69 @@ class GatewayApp:
 
             def handler(number: int, frame: FrameType | None, previous: Any = previous) -> None:
                 if not loop.is_closed():
-                    loop.call_soon_threadsafe(streams.shut_down)
-                    for registry in waiters:
-                        loop.call_soon_threadsafe(registry.shut_down)
-                    loop.call_soon_threadsafe(self._stop_claiming)
+                    for step in self._on_signal:
+                        loop.call_soon_threadsafe(step)
                 previous(number, frame)
 
             signal.signal(signum, handler)
             self._chained_signals[signum] = previous
 
-    def _wake_approvals(self, _payload: str | None = None) -> None:
-        if self.state is not None and self.state.approvals is not None:
-            self.state.approvals.wake()
-
-    def _wake_webhooks(self, _payload: str | None = None) -> None:
-        if self._webhooks is not None:
-            self._webhooks.wake()
-
-    def _stop_claiming(self) -> None:
-        """On SIGTERM at once: granian may take a while to reach the lifespan shutdown."""
-        if self.state is not None and self.state.approvals is not None:
-            self.state.approvals.stop_claiming()
-
-    def _unchain_signals(self) -> None:
+    async def _unchain_signals(self) -> None:
         while self._chained_signals:
             signum, previous = self._chained_signals.popitem()
             signal.signal(signum, previous)
 
-    async def _stop(self) -> None:
-        log.info("gateway_stopping")
-        if self._metrics is not None:
+
+class _Loop(Protocol):
+    def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+def _loop(name: str, loop: _Loop) -> Service:
+    """A background loop: started at once, stopped by awaiting it."""
+    return Service(name, lambda: _now(loop.start), loop.stop)
+
+
+async def _now(step: Callable[..., object], *args: Any) -> None:
+    step(*args)
+
+
+def _rate_limit(settings: Settings) -> RateLimit | None:
+    default = settings.default_rate_limit()
+    return RateLimit(requests=default[0], per_seconds=default[1]) if default else None
+
+
+class _MetricsServer:
+    """Worker i of N serves metrics on ``CRANK_METRICS_PORT + i``: each takes the first
+    free port of that range (docs/architecture.md, "Gateway workers")."""
+
+    def __init__(self, settings: Settings, before_scrape: Callable[[], Awaitable[None]]) -> None:
+        self._settings = settings
+        self._before_scrape = before_scrape
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        settings = self._settings
+        ports = range(
+            settings.metrics_port, settings.metrics_port + max(1, settings.gateway_workers)
+        )
+        error: OSError | None = None
+        for port in ports:
+            try:
+                self._runner = await start_metrics_server(settings.host, port, self._before_scrape)
+                return
+            except OSError as exc:  # taken by another worker
+                error = exc
+        log.warning(
+            "metrics_port_unavailable",
+            ports=f"{ports.start}-{ports.stop - 1}",
+            error=str(error),
+        )
+
+    async def stop(self) -> None:
+        if self._runner is not None:
             with contextlib.suppress(Exception):
-                await self._metrics.cleanup()
-        self._unchain_signals()
-        if self._pruner is not None:
-            await self._pruner.stop()
-        if self._expiry is not None:
-            await self._expiry.stop()
-        if self.state is not None:
-            if self.state.approvals is not None:  # finish or release claimed approvals
-                await self.state.approvals.stop(self.settings.approval_shutdown_grace_s)
-            if self._webhooks is not None:  # before the executor closes
-                await self._webhooks.stop()
-            self.state.streams.shut_down()
-            await self.state.waiters.stop()
-            await self.state.elicitation_waiters.stop()
-            await self.state.replicas.stop()
-            await self.state.key_use.stop(self.state.pool)
-            await self.state.call_log.stop()
-            await self.state.executor.close()
-            await self.state.refresher.stop()
-            await self.state.pool.close()
-        tracing.shutdown()  # export the spans still buffered
-        log.info("gateway_stopped")
+                await self._runner.cleanup()
 
 
 def create_app(settings: Settings | None = None) -> GatewayApp:

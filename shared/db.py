@@ -24,6 +24,10 @@ set_json_loads(msgspec.json.decode)
 
 Connection = psycopg.AsyncConnection[dict[str, Any]]
 
+# How long one database step (a pool checkout, a short statement) may take before the
+# caller gives up: a live server answers in milliseconds, a gone one never.
+DB_TIMEOUT_S = 5.0
+
 
 def without_nul(value: Any) -> Any:
     """``value`` with every NUL in its strings and keys replaced by U+FFFD, so jsonb can

@@ -161,10 +161,9 @@ async def _secrets(
 
 
 def _tool_error(exc: ToolError, request_id: str, masker: Masker) -> TryResult:
-    exc.request_id = request_id
     return TryResult(
         is_error=True,
-        structured_content=masker.value(exc.to_structured()),
+        structured_content=masker.value(exc.to_structured(request_id)),
         details=masker.value(exc.details),
     )
 

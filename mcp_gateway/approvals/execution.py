@@ -16,7 +16,7 @@ of one approval sends the same key.
 The outcome: ``completed`` with the selected result, or ``failed`` with
 ``{error_code, message, upstream_status, upstream_text}`` (the upstream's
 text masked by shared.engine.masking before it is cut to ``UPSTREAM_TEXT_CHARS``).
-Every outcome is accounted as a tools/call is (mcp_gateway.pipeline.accounting):
+Every outcome is accounted as a tools/call is (mcp_gateway.upkeep.accounting):
 a call log row carrying the approval id, and the per-tool metrics. A
 database failure before the upstream call raises ``Deferred``: the row is
 left for its lease to expire, and nothing is accounted.
@@ -39,9 +39,9 @@ from mcp_gateway.approvals import leases
 from mcp_gateway.approvals.leases import Claimed
 from mcp_gateway.catalog.snapshot import Snapshot
 from mcp_gateway.catalog.workspace_state import WorkspaceState
-from mcp_gateway.pipeline.accounting import account_call
 from mcp_gateway.request_ids import new_request_id
-from mcp_gateway.upkeep.call_log import CallLogWriter
+from mcp_gateway.upkeep.accounting import account_call
+from mcp_gateway.upkeep.call_log import CallLogWriter, CallRecord
 from shared import tracing
 from shared.crypto import SecretBox
 from shared.db import Connection
@@ -214,19 +214,23 @@ class Performer:
                 outcome = self._internal_error()
         account_call(
             self._call_log,
+            CallRecord(
+                called_at=called_at,
+                workspace_id=row.workspace_id,
+                agent_id=row.agent_id,
+                key_id=row.key_id,
+                request_id=request_id,
+                tool=row.tool,
+                tool_version=row.version,
+                outcome=_outcome_code(outcome),
+                upstream_status=upstream.status,
+                attempts=upstream.attempts,
+                duration_ms=(time.perf_counter() - started) * 1000,
+                upstream_ms=upstream.elapsed_ms,
+                approval_id=row.id,
+            ),
             workspace=row.workspace,
             agent=row.agent,
-            workspace_id=row.workspace_id,
-            agent_id=row.agent_id,
-            key_id=row.key_id,
-            request_id=request_id,
-            tool=row.tool,
-            tool_version=row.version,
-            outcome=_outcome_code(outcome),
-            upstream=upstream,
-            called_at=called_at,
-            duration_ms=(time.perf_counter() - started) * 1000,
-            approval_id=row.id,
         )
         return outcome
 

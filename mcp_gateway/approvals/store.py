@@ -28,11 +28,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import psycopg
 from psycopg.types.json import Jsonb
+
+from mcp_gateway.upkeep.retention import Rule
 
 # The record, its cursor and the decision are shared with the console
 # (docs/architecture.md, "Approval decisions"); re-exported for the gateway's modules.
@@ -50,6 +52,7 @@ from shared.approval_records import is_approval_id as is_approval_id
 from shared.approval_records import new_approval_id as new_approval_id
 from shared.db import Connection
 from shared.engine.argument_limits import child_path
+from shared.settings import Settings
 
 _ACTIVE = "('pending', 'approved', 'executing')"  # the index predicate, verbatim
 FINISHED = "('denied', 'expired', 'completed', 'failed')"
@@ -186,7 +189,7 @@ class FinishedApproval(msgspec.Struct, frozen=True, kw_only=True):
     """A finished approval whose outcome this call now delivers."""
 
     id: str
-    status: str  # denied, expired, completed or failed
+    status: Literal["completed", "failed", "denied", "expired"]
     note: str | None  # the approver's
     response_payload: Any | None  # completed: the selected result; failed: the error
     result_truncated: bool  # completed: the result was cut to fit
@@ -326,3 +329,16 @@ async def task_row(
     )
     row = await cur.fetchone()
     return None if row is None else TaskRow(**row)
+
+
+def retention_rule(settings: Settings) -> Rule:
+    """Finished approvals past ``CRANK_APPROVALS_RETENTION_DAYS`` (mcp_gateway.upkeep.retention),
+    but an outcome a repeat call may still get stays (docs/architecture.md, "Approval
+    outcomes"); the period is a validated integer setting."""
+    return Rule(
+        "approvals",
+        f"status IN {FINISHED} AND {FINISHED_AT} < now() - make_interval(days => %s)"
+        f" AND (delivered_at IS NOT NULL OR {FINISHED_AT}"
+        f" < now() - make_interval(secs => {int(settings.approval_outcome_retention_s)}))",
+        settings.approvals_retention_days,
+    )

@@ -53,7 +53,7 @@ from mcp_gateway.catalog.changes import (
     read_specs,
 )
 from mcp_gateway.catalog.snapshot import Agent, Key, Snapshot, SnapshotOptions, Tool
-from mcp_gateway.pipeline.results import tool_definition
+from mcp_gateway.vocabulary.tools import tool_definitions
 from shared.db import Connection
 from shared.engine.compiler import compile_operation
 from shared.engine.egress import EgressPolicy
@@ -121,9 +121,7 @@ def _compile(key: ToolKey, text: str, language: Language) -> Tool | None:
         name=name,
         operation_id=operation_id,
         version=version,
-        spec=spec,
-        definition=tool_definition(spec, wrap_arrays=True),
-        modern_definition=tool_definition(spec, wrap_arrays=False),
+        definitions=tool_definitions(spec),
         compiled=compiled,
     )
 

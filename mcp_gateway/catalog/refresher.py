@@ -1,22 +1,16 @@
-"""Keeps the snapshot and the session termination list current.
+"""Keeps the snapshot current (docs/architecture.md, "Snapshot and refresh").
 
-Every ``CRANK_MCP_REFRESH_MS`` one tiny query reads the catalog version and the
-newest termination id; only a change costs more, and a change costs what it
-changed (mcp_gateway.catalog.builder; docs/architecture.md, "Snapshot and refresh"). LISTEN wakes the loop at
-once on a publish or a session DELETE; polling alone still works (behind
-PgBouncer, or while the listening connection is down). The same connection
-listens for others (``notify``: the approval worker's ``crank_approvals``).
+Every ``CRANK_MCP_REFRESH_MS`` one tiny query reads the catalog version; only a
+change costs more, and a change costs what it changed
+(mcp_gateway.catalog.builder). A publish's ``NOTIFY crank_catalog`` wakes the
+poll at once (mcp_gateway.upkeep.notifications); polling alone still works.
 
 Postgres outages. The refresher polls on a connection of its own, not one
 from the request pool, so that it notices an outage at the first failed poll
-and a recovery at the first good one, whatever the pool is doing. While polls
-fail, the last snapshot keeps serving, ``database_reachable`` and ``ready``
-are false (``/readyz`` answers 503 ``degraded``) and polls are retried every
-``_RETRY_MAX_S`` at most; the first poll that succeeds ends the outage. The
-LISTEN connection reconnects by itself with a backoff, proves that it is alive
-with a ``SELECT 1`` whenever it has been quiet for ``_LISTEN_CHECK_S`` (a peer
-that vanished without a FIN never errors otherwise), and on reconnecting wakes
-the poll, so a publish made during the outage shows at once.
+and a recovery at the first good one, whatever the pool is doing; it reports
+both to the process's ``DatabaseHealth``. While polls fail, the last snapshot
+keeps serving, ``ready`` is false (``/readyz`` answers 503 ``degraded``) and
+polls are retried every ``_RETRY_MAX_S`` at most.
 
 Snapshot loads from a read replica (``CRANK_SNAPSHOT_DATABASE_URL``; docs/architecture.md,
 "Snapshot loads from a read replica"). Only the load, the one large read, goes
@@ -36,7 +30,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -45,24 +39,21 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from mcp_gateway.catalog.builder import BuildStats, SnapshotBuilder
 from mcp_gateway.catalog.snapshot import Snapshot, SnapshotOptions
+from mcp_gateway.upkeep.health import DatabaseHealth
 from mcp_gateway.upkeep.metrics import SNAPSHOT_BUILD, SNAPSHOT_LOADS, SNAPSHOT_TOOLS_COMPILED
-from shared.db import Connection, connect, within
-from shared.metrics import BACKGROUND_FAILURES
+from shared.db import DB_TIMEOUT_S, Connection, connect, within
 from shared.periodic import PeriodicTask
 
 log = structlog.get_logger(__name__)
 
-CHANNELS = ("crank_catalog", "crank_sessions")
+CHANNEL = "crank_catalog"  # NOTIFY on every publish, key, secret or egress change
 # Connecting plus the version query, and a whole snapshot load, may take this long.
-_PROBE_TIMEOUT_S = 5.0
+_PROBE_TIMEOUT_S = DB_TIMEOUT_S
 _LOAD_TIMEOUT_S = 30.0
 # While the database is unreachable, polls are retried at least this often.
 _RETRY_MIN_S, _RETRY_MAX_S = 0.25, 2.0
-_LISTEN_CHECK_S = 30.0
-_LISTEN_BACKOFF_MAX_S = 5.0
 # A replica behind the primary this many loads in a row: the next load reads the primary.
 _REPLICA_PATIENCE = 3
-_LISTEN_FAILURES = BACKGROUND_FAILURES.labels("snapshot_listen")
 
 # Errors that mean "the database cannot be reached or did not answer in time".
 _UNREACHABLE = (psycopg.OperationalError, psycopg.InterfaceError, OSError, TimeoutError)
@@ -76,21 +67,12 @@ _CONNECT_DEFAULTS = {
 }
 
 
-_PROBE_SQL = """SELECT (SELECT version FROM catalog_state) AS version,
-                       (SELECT coalesce(max(id), 0) FROM mcp_session_terminations) AS ended"""
-_TERMINATIONS_SQL = """SELECT id, session_hash, extract(epoch FROM expires_at) AS expires
-                         FROM mcp_session_terminations
-                        WHERE id > %s AND expires_at > now() ORDER BY id"""
+_PROBE_SQL = "SELECT version FROM catalog_state"
 
 
 async def _fetch_one(conn: Connection, sql: str) -> dict[str, Any] | None:
     cur = await conn.execute(sql)
     return await cur.fetchone()
-
-
-async def _fetch_all(conn: Connection, sql: str, *params: Any) -> list[dict[str, Any]]:
-    cur = await conn.execute(sql, params)
-    return await cur.fetchall()
 
 
 def resilient_conninfo(database_url: str) -> str:
@@ -103,17 +85,16 @@ def resilient_conninfo(database_url: str) -> str:
 
 
 class Refresher:
-    """Keeps ``snapshot`` and ended sessions (``terminated``) current; ``on_swap`` per swap."""
+    """Keeps ``snapshot`` current; ``on_swap(old, new)`` per swap."""
 
     def __init__(
         self,
         conninfo: str,
         *,
         refresh_s: float,
-        listen: bool,
+        health: DatabaseHealth,
         on_swap: Callable[[Snapshot, Snapshot], None],
         options: SnapshotOptions | None = None,
-        notify: Mapping[str, Callable[[str | None], None]] | None = None,
         snapshot_conninfo: str | None = None,
     ) -> None:
         self._conninfo = conninfo
@@ -121,18 +102,13 @@ class Refresher:
         self._snapshot_conninfo = snapshot_conninfo
         self._snapshot_conn: Connection | None = None
         self._replica_behind = 0  # loads in a row the replica had not caught up for
-        # More channels to LISTEN on: each notification calls its callback with the
-        # payload instead of waking the poll; each reconnect calls it with None
-        # (anything may have been missed).
-        self._notify = dict(notify or {})
         self._refresh_s = refresh_s
-        self._listen = listen
+        self._health = health
         self._on_swap = on_swap
         self._builder = SnapshotBuilder(options)
         # The poll repeats in the shared loop (shared.periodic): while the database
         # is unreachable it retries sooner than the interval, from _RETRY_MIN_S
-        # doubling to _RETRY_MAX_S. The LISTEN connection is one long wait, not
-        # a periodic run: it keeps its own loop and reconnect backoff below.
+        # doubling to _RETRY_MAX_S.
         self._poller = PeriodicTask(
             "snapshot_poll",
             self._poll,
@@ -141,47 +117,31 @@ class Refresher:
             retry_max_s=min(_RETRY_MAX_S, refresh_s),
             expected=_UNREACHABLE,
         )
-        self._listener: asyncio.Task[None] | None = None
         self._conn: Connection | None = None  # the poll's own connection
-        self._last_termination_id = 0
         self.snapshot = Snapshot.empty()
-        self.terminated: dict[bytes, float] = {}  # session hash -> its expiry (unix time)
         self.loaded = False
-        self.last_success = 0.0  # time.monotonic() of the last good poll
-        self.database_reachable = False  # the last poll reached the database
-        self.listening = False
 
     @property
     def ready(self) -> bool:
         """Loaded, the last poll reached the database, and it did so within three intervals."""
         return (
             self.loaded
-            and self.database_reachable
-            and time.monotonic() - self.last_success < 3 * self._refresh_s + 1
+            and self._health.reachable
+            and time.monotonic() - self._health.last_success < 3 * self._refresh_s + 1
         )
 
-    def wake(self) -> None:
-        """Poll now."""
+    def wake(self, _payload: str | None = None) -> None:
+        """Poll now (a notification, or the listener reconnected or lost)."""
         self._poller.wake()
-
-    def note_termination(self, digest: bytes, expires_at: float) -> None:
-        """This replica ended a session: refuse it here without waiting for the poll."""
-        self.terminated[digest] = expires_at
 
     async def start(self) -> None:
         await self._poll_once()
         self._poller.start(
-            first_delay_s=self._refresh_s if self.database_reachable else _RETRY_MIN_S
+            first_delay_s=self._refresh_s if self._health.reachable else _RETRY_MIN_S
         )
-        if self._listen:
-            self._listener = asyncio.create_task(self._listen_loop(), name="snapshot-listen")
 
     async def stop(self) -> None:
         await self._poller.stop()
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listener
         await self._drop_connection()
         await self._drop_snapshot_connection()
 
@@ -199,10 +159,7 @@ class Refresher:
             with contextlib.suppress(psycopg.Error, OSError):
                 await conn.close()
             raise
-        self.last_success = time.monotonic()
-        if not self.database_reachable:
-            self.database_reachable = True
-            log.info("database_reachable", snapshot_version=self.snapshot.version)
+        self._health.succeeded(self.snapshot.version)
 
     async def _refresh_on(self, conn: Connection) -> None:
         row = await within(_PROBE_TIMEOUT_S, _fetch_one(conn, _PROBE_SQL))
@@ -214,16 +171,6 @@ class Refresher:
                 self.loaded = True
                 self._built(self._builder.last, new)
                 self._on_swap(old, new)
-        if row["ended"] > self._last_termination_id:
-            rows = await within(
-                _LOAD_TIMEOUT_S, _fetch_all(conn, _TERMINATIONS_SQL, self._last_termination_id)
-            )
-            for ended in rows:
-                self.terminated[bytes(ended["session_hash"])] = float(ended["expires"])
-            self._last_termination_id = row["ended"]
-        now = time.time()
-        for digest in [d for d, expires in self.terminated.items() if expires <= now]:
-            del self.terminated[digest]
 
     async def _load(self, primary: Connection, probed: int) -> Snapshot | None:
         """The next snapshot: from the replica when there is one and it has caught up
@@ -284,9 +231,7 @@ class Refresher:
         try:
             await self.refresh()
         except _UNREACHABLE as exc:
-            if self.database_reachable or not self.loaded:
-                log.warning("database_unreachable", error=str(exc) or type(exc).__name__)
-            self.database_reachable = False
+            self._health.failed(exc, report=not self.loaded)
             raise
 
     async def _poll_once(self) -> None:
@@ -297,39 +242,3 @@ class Refresher:
             pass  # logged by _poll; the loop retries soon
         except Exception:  # a bug in loading or swapping: the loop polls on, readiness decays
             log.exception("snapshot_refresh_failed")
-
-    def _dispatch(self, channel: str, payload: str) -> None:
-        callback = self._notify.get(channel)
-        if callback is None:
-            self.wake()
-        else:
-            callback(payload)
-
-    async def _listen_loop(self) -> None:
-        backoff = 0.5
-        while True:
-            try:
-                async with await connect(self._conninfo, autocommit=True) as conn:
-                    for channel in (*CHANNELS, *self._notify):
-                        await conn.execute(f"LISTEN {channel}")
-                    self.listening = True
-                    backoff = 0.5
-                    self.wake()  # anything missed while not listening
-                    for callback in self._notify.values():
-                        callback(None)
-                    while True:
-                        async for note in conn.notifies(timeout=_LISTEN_CHECK_S):
-                            self._dispatch(note.channel, note.payload)
-                        await within(_PROBE_TIMEOUT_S, conn.execute("SELECT 1"))
-            except _UNREACHABLE as exc:
-                _LISTEN_FAILURES.inc()
-                if self.listening:
-                    log.warning("snapshot_listen_lost", error=str(exc) or type(exc).__name__)
-            except Exception:
-                _LISTEN_FAILURES.inc()
-                log.exception("snapshot_listen_failed")
-            if self.listening:
-                self.listening = False
-                self.wake()  # let the poll find out whether the database is gone
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, _LISTEN_BACKOFF_MAX_S)

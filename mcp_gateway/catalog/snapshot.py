@@ -31,10 +31,21 @@ class Tool:
     name: str
     operation_id: int
     version: int
-    spec: OperationSpec
-    definition: dict[str, Any]  # as 2025 revisions list it (array results wrapped)
-    modern_definition: dict[str, Any]  # as 2026-07-28 lists it
+    # As 2025 revisions list it (array results wrapped), and as 2026-07-28 lists it.
+    definitions: tuple[dict[str, Any], dict[str, Any]]
     compiled: CompiledOperation  # validator, request builder, response selector
+
+    @property
+    def spec(self) -> OperationSpec:
+        return self.compiled.spec
+
+    @property
+    def definition(self) -> dict[str, Any]:
+        return self.definitions[0]
+
+    @property
+    def modern_definition(self) -> dict[str, Any]:
+        return self.definitions[1]
 
 
 @dataclass(frozen=True, slots=True)

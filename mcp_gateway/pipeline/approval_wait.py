@@ -20,13 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any
 
-from mcp_gateway.approvals.outcomes import delivered
 from mcp_gateway.approvals.waiters import ApprovalWaiters
-from mcp_gateway.transport.asgi import wait_disconnect
-from mcp_gateway.transport.exchange import Exchange
-from mcp_gateway.transport.jsonrpc import Message, encode
+from mcp_gateway.pipeline.channel import ClientChannel
+from mcp_gateway.pipeline.outcomes import Delivered, PendingApproval
 from shared.engine.errors import Language
 
 PROGRESS_S = 5.0
@@ -36,56 +33,41 @@ _WAITING: dict[Language, str] = {
     "ru": "Этот вызов должен подтвердить человек (заявка {id}); ждём решения.",
 }
 
-Repeat = Callable[[], Awaitable[dict[str, Any]]]
+Repeat = Callable[[], Awaitable[PendingApproval | Delivered]]
 
 
 class ApprovalWait:
-    """How one tools/call waits: its stream, progress token and time; ``None`` from
-    ``plan`` when it answers at once."""
+    """How one tools/call waits: its channel, progress token and time."""
 
-    __slots__ = ("_exchange", "_language", "_token", "_wait_s", "_waiters")
+    __slots__ = ("_channel", "_language", "_token", "_wait_s", "_waiters")
 
     def __init__(
         self,
-        exchange: Exchange,
+        channel: ClientChannel,
         waiters: ApprovalWaiters,
         token: str | int,
         wait_s: float,
         language: Language,
     ) -> None:
-        self._exchange = exchange
+        self._channel = channel
         self._waiters = waiters
         self._token = token
         self._wait_s = wait_s
         self._language = language
 
-    @classmethod
-    def plan(cls, exchange: Exchange, message: Message) -> ApprovalWait | None:
-        meta = message.params.get("_meta")
-        token = meta.get("progressToken") if isinstance(meta, dict) else None
-        if not isinstance(token, str | int) or isinstance(token, bool) or not exchange.sse_ok:
-            return None
-        state = exchange.state
-        wait_s = state.settings.approval_wait_s
-        if exchange.agent.approval_wait_s is not None:  # an agent may only lower it
-            wait_s = min(wait_s, exchange.agent.approval_wait_s)
-        if wait_s <= 0 or state.waiters.closing:
-            return None
-        return cls(exchange, state.waiters, token, wait_s, state.settings.language)
-
-    async def answer(self, first: dict[str, Any], repeat: Repeat) -> dict[str, Any]:
-        """The call's answer: ``first`` (approval_required) or, once its approval
-        finished within the wait, what ``repeat`` then gives."""
-        approval_id = first["structuredContent"]["approval_id"]
+    async def answer(self, first: PendingApproval, repeat: Repeat) -> PendingApproval | Delivered:
+        """``first`` or, once its approval finished within the wait, what ``repeat`` gives."""
+        approval_id = first.approval_id
+        message = _WAITING[self._language].format(id=approval_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._wait_s
-        gone = asyncio.ensure_future(wait_disconnect(self._exchange.receive))
+        gone = asyncio.ensure_future(self._channel.gone())
         try:
             with self._waiters.waiting(approval_id) as finished:
                 step = 0
                 while (left := deadline - loop.time()) > 0:
                     step += 1
-                    if not await self._exchange.notify(self._progress(approval_id, step)):
+                    if not await self._channel.progress(self._token, step, message):
                         return first  # the client left; the approval stays
                     ended = asyncio.ensure_future(finished.wait())
                     await asyncio.wait(
@@ -99,28 +81,10 @@ class ApprovalWait:
                     if finished.is_set():
                         finished.clear()
                         answer = await repeat()
-                        if delivered(answer) is not None or _approval_of(answer) != approval_id:
+                        if answer != first:
                             return answer  # the outcome, or a new approval after a lost claim
                 return first
         finally:
             gone.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await gone
-
-    def _progress(self, approval_id: str, step: int) -> bytes:
-        return encode(
-            {
-                "jsonrpc": "2.0",
-                "method": "notifications/progress",
-                "params": {
-                    "progressToken": self._token,
-                    "progress": step,
-                    "message": _WAITING[self._language].format(id=approval_id),
-                },
-            }
-        )
-
-
-def _approval_of(answer: dict[str, Any]) -> Any:
-    structured = answer.get("structuredContent")
-    return structured.get("approval_id") if isinstance(structured, dict) else None

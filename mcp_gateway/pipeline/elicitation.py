@@ -37,36 +37,17 @@ from mcp_gateway.catalog.snapshot import Tool
 from mcp_gateway.pipeline import confirmation
 from mcp_gateway.pipeline.confirmation_tokens import InvalidToken
 from mcp_gateway.pipeline.context import ToolCallContext
-from mcp_gateway.transport.versions import META_CAPABILITIES
+from mcp_gateway.pipeline.outcomes import AskHuman
 from shared.engine.errors import Language, ToolError
 from shared.engine.masking import masker_for
 
 log = structlog.get_logger(__name__)
 
-REQUEST_KEY = "confirm"  # the one key of inputRequests / inputResponses
 _VALUE_CHARS = 200  # an argument value is cut here in the form
 _DESCRIPTION_CHARS = 300
 _MAX_ARGUMENTS_SHOWN = 20
 
 Action = Literal["accept", "decline", "cancel"]
-_ACTIONS: frozenset[str] = frozenset(("accept", "decline", "cancel"))
-
-
-class MalformedAnswer(ValueError):
-    """``inputResponses`` or its ``confirm`` entry is not of the specification's shape."""
-
-
-def asks_human(meta: Any, mode: str) -> bool:
-    """Whether a DELETE confirmation of this request goes to the human: the agent
-    allows it (``confirmation_mode: auto``) and the request's client capabilities
-    declare form elicitation (``{}`` means form, as the specification says)."""
-    if mode != "auto" or not isinstance(meta, dict):
-        return False
-    capabilities = meta.get(META_CAPABILITIES)
-    elicitation = capabilities.get("elicitation") if isinstance(capabilities, dict) else None
-    if not isinstance(elicitation, dict):
-        return False
-    return not elicitation or "form" in elicitation
 
 
 class Answer(msgspec.Struct, frozen=True):
@@ -76,31 +57,11 @@ class Answer(msgspec.Struct, frozen=True):
     action: Action | None
 
 
-def read_answer(params: dict[str, Any]) -> Answer | None:
-    """The retry's answer, None on a first call; raises MalformedAnswer (JSON-RPC
-    -32602) when ``inputResponses`` is present but not of the specification's shape."""
-    state = params.get("requestState")
-    responses = params.get("inputResponses")
-    if responses is not None and not isinstance(responses, dict):
-        raise MalformedAnswer("params.inputResponses must be an object")
-    response = (responses or {}).get(REQUEST_KEY)
-    action: Action | None = None
-    if response is not None:
-        if not isinstance(response, dict) or response.get("action") not in _ACTIONS:
-            raise MalformedAnswer(
-                f"params.inputResponses.{REQUEST_KEY}.action must be accept, decline or cancel"
-            )
-        action = response["action"]
-    if state is None:
-        return None  # answers without a state belong to no question of ours
-    return Answer(state=state, action=action)
-
-
 async def confirm(
     ctx: ToolCallContext, tool: Tool, arguments: dict[str, Any], answer: Answer | None
-) -> dict[str, Any] | None:
+) -> AskHuman | None:
     """None when the human accepted this exact call (the state is then used up);
-    otherwise the ``InputRequiredResult`` that asks them. Raises ToolError
+    otherwise the question to put to them (an ``InputRequiredResult``). Raises ToolError
     ``confirmation_declined`` or ``confirmation_invalid``.
 
     ``arguments`` are the validated arguments, without any ``ct_`` token (a
@@ -125,19 +86,7 @@ async def confirm(
                 "confirmation_declined", language=ctx.language, details={"action": answer.action}
             )
     log.info("elicitation_asked", tool=tool.name, version=tool.version)
-    form = {
-        "method": "elicitation/create",
-        "params": {
-            "mode": "form",
-            "message": form_message(ctx, tool, arguments),
-            "requestedSchema": {"type": "object", "properties": {}},
-        },
-    }
-    return {
-        "resultType": "input_required",
-        "inputRequests": {REQUEST_KEY: form},
-        "requestState": ctx.request_states.issue(**context),
-    }
+    return AskHuman(form_message(ctx, tool, arguments), ctx.request_states.issue(**context))
 
 
 _TEXTS: dict[Language, dict[str, str]] = {

@@ -56,7 +56,7 @@ from psycopg.types.json import Jsonb
 
 from mcp_gateway.catalog.snapshot import Tool
 from mcp_gateway.pipeline.context import ToolCallContext
-from mcp_gateway.pipeline.results import success_result
+from mcp_gateway.pipeline.outcomes import Completed, Failed
 from shared.db import without_nul
 from shared.engine.canonical import arguments_hash
 from shared.engine.errors import ToolError
@@ -64,14 +64,10 @@ from shared.engine.upstream import UpstreamFailure
 
 log = structlog.get_logger(__name__)
 
-REPLAYED_META = "crank/replayed"
 LOCK_MARGIN_S = 30.0  # beyond the longest the executor can take; also the unknown-outcome lock
 IN_FLIGHT_RETRY_S = 5  # retry_after_s cap while the first call is still running
 _CLAIM_TRIES = 3  # the row can vanish or unlock between the two statements
-
-
-class ReplayedError(ToolError):
-    """A stored upstream error answered again; tool_call marks it as a replay."""
+TRUNCATED_META = "crank/truncated"  # in a stored record's meta: the result was cut to fit
 
 
 _CLAIM = """
@@ -185,8 +181,8 @@ class _Record:
 
 
 def _answer_existing(
-    ctx: ToolCallContext, tool: Tool, row: dict[str, Any], digest: bytes, *, wrap_arrays: bool
-) -> dict[str, Any]:
+    ctx: ToolCallContext, tool: Tool, row: dict[str, Any], digest: bytes
+) -> Completed | Failed:
     """The replay of a completed record, or the error for a conflict or a locked key."""
     language = ctx.language
     if row["arguments_hash"] != digest:
@@ -196,14 +192,15 @@ def _answer_existing(
         log.info("idempotency_replayed", tool=tool.name)
         error = stored.get("error")
         if error is not None:
-            raise ReplayedError(
+            replayed = ToolError(
                 error["error_code"],
                 error["message"],
                 suggested_action=error["suggested_action"],
                 details={"replayed": True},
             )
-        meta = {**(stored.get("meta") or {}), REPLAYED_META: True}
-        return success_result(stored["value"], wrap_arrays=wrap_arrays, meta=meta)
+            return Failed(replayed, replayed=True)
+        truncated = bool((stored.get("meta") or {}).get(TRUNCATED_META))
+        return Completed(stored["value"], truncated=truncated, replayed=True)
     remaining = math.ceil(row.get("locked_for_s") or 1)
     if row["status"] == "in_progress":
         remaining = min(remaining, IN_FLIGHT_RETRY_S)
@@ -217,20 +214,15 @@ async def run(
     tool: Tool,
     arguments: dict[str, Any],
     key: str,
-    execute: Callable[[], Awaitable[dict[str, Any]]],
-    *,
-    wrap_arrays: bool,
-) -> dict[str, Any]:
-    """The tool result of ``execute()``, or the stored one for a repeat of the same
-    call (marked as replayed); idempotency_conflict / idempotency_in_progress.
-
-    ``execute`` must return the tool result without array wrapping; this wraps
-    it (``wrap_arrays``) for the caller's protocol era, first call or replay."""
+    execute: Callable[[], Awaitable[Completed]],
+) -> Completed | Failed:
+    """The outcome of ``execute()``, or the stored one for a repeat of the same call
+    (marked as replayed); raises idempotency_conflict / idempotency_in_progress."""
     digest = arguments_hash(arguments)
     record = _Record(ctx, tool, key, digest)
     existing = await record.claim()
     if existing is not None:
-        return _answer_existing(ctx, tool, existing, digest, wrap_arrays=wrap_arrays)
+        return _answer_existing(ctx, tool, existing, digest)
     try:
         result = await execute()
     except ToolError as exc:
@@ -243,9 +235,12 @@ async def run(
             await record.finish(statement)
         raise
     # Anything else (a bug, a cancelled call) leaves the row in_progress until its lock expires.
-    value, meta = result["structuredContent"], result.get("_meta")
-    await record.finish(_COMPLETE, result=Jsonb(without_nul({"value": value, "meta": meta})))
-    return success_result(value, wrap_arrays=wrap_arrays, meta=meta)
+    # Stored as the 2025-era wrapping never was (a replay fits either era), the marker in
+    # the shape records have always had.
+    meta = {TRUNCATED_META: True} if result.truncated else None
+    stored = without_nul({"value": result.value, "meta": meta})
+    await record.finish(_COMPLETE, result=Jsonb(stored))
+    return result
 
 
 def _stored_error(exc: ToolError) -> dict[str, Any]:

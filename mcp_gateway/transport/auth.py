@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 
 from mcp_gateway.catalog.keys import KeyLookupUnavailable
 from mcp_gateway.catalog.snapshot import Agent, Key
-from mcp_gateway.state import GatewayState
 from mcp_gateway.transport.asgi import Headers, Scope, client_address
 from mcp_gateway.transport.errors import ProtocolError
+from mcp_gateway.transport.state import GatewayState
 from shared.settings import Settings
 
 LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1"}
@@ -106,7 +106,7 @@ async def authenticate(
     ProtocolError in the order of the module docstring. Marks the key used."""
     checked_origin(state.settings, headers)
     token = bearer(headers)
-    snapshot = state.refresher.snapshot
+    snapshot = state.catalog.snapshot
     try:
         key = await state.keys.resolve(token, snapshot, client_address(scope)) if token else None
     except KeyLookupUnavailable as busy:  # 503, not 401: the key may be valid (catalog.keys)

@@ -16,7 +16,7 @@ import msgspec
 from mcp_gateway.transport.asgi import BodyTooLarge, Headers, read_body
 from mcp_gateway.transport.errors import ProtocolError
 from mcp_gateway.transport.exchange import Exchange
-from mcp_gateway.transport.jsonrpc import (
+from mcp_gateway.vocabulary.jsonrpc import (
     INVALID_REQUEST,
     PARSE_ERROR,
     InvalidMessage,

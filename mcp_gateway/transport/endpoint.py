@@ -16,15 +16,15 @@ import time
 import structlog
 
 from mcp_gateway.request_ids import new_request_id
-from mcp_gateway.state import GatewayState
 from mcp_gateway.transport import legacy, modern
 from mcp_gateway.transport.asgi import Headers, Receive, Scope, Send, respond
 from mcp_gateway.transport.auth import authenticate
 from mcp_gateway.transport.errors import ProtocolError
 from mcp_gateway.transport.exchange import Exchange
-from mcp_gateway.transport.jsonrpc import INTERNAL_ERROR
-from mcp_gateway.transport.versions import LEGACY_VERSIONS
+from mcp_gateway.transport.state import GatewayState
 from mcp_gateway.upkeep.metrics import latency_histogram, requests_counter
+from mcp_gateway.vocabulary.jsonrpc import INTERNAL_ERROR
+from mcp_gateway.vocabulary.versions import LEGACY_VERSIONS
 from shared import tracing
 
 _ALLOW = {"Allow": "GET, POST, DELETE"}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp_gateway.transport.jsonrpc import REFUSED, RequestId, encode, error
+from mcp_gateway.vocabulary.jsonrpc import REFUSED, RequestId, encode, error
 from shared.http_errors import http_error_name
 
 
@@ -64,3 +64,15 @@ class ProtocolError(Exception):
         """The approval endpoints' answer body: ``{"code", "message", ...data}``."""
         extra = self.data if isinstance(self.data, dict) else {}
         return encode({"code": self.name, "message": self.message, **extra})
+
+
+class MethodError(Exception):
+    """A JSON-RPC error answer to one method (mcp_gateway.transport.methods): inside HTTP
+    200 in the 2025 era, with ``status`` in the 2026-07-28 era (200 keeps it in a 200)."""
+
+    def __init__(self, code: int, message: str, *, data: Any = None, status: int = 200) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+        self.status = status

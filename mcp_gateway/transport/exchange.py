@@ -1,4 +1,9 @@
-"""One authenticated HTTP exchange with the MCP endpoint: who asks, and how to answer."""
+"""One authenticated HTTP exchange with the MCP endpoint: who asks, and how to answer.
+
+It is also the pipeline's channel to the client during a call
+(mcp_gateway.pipeline.channel): progress notifications and 2025 confirmation
+forms go out on the call's SSE answer.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,6 @@ import contextlib
 from dataclasses import dataclass
 
 from mcp_gateway.catalog.snapshot import Agent, Key
-from mcp_gateway.state import GatewayState
 from mcp_gateway.transport.asgi import (
     Headers,
     Receive,
@@ -16,11 +20,14 @@ from mcp_gateway.transport.asgi import (
     respond,
     send_event,
     start_stream,
+    wait_disconnect,
 )
 from mcp_gateway.transport.errors import ProtocolError
-from mcp_gateway.transport.jsonrpc import INVALID_REQUEST, RATE_LIMITED_CODE, RequestId
 from mcp_gateway.transport.rate_limits import MethodClass, OverCapacity
+from mcp_gateway.transport.results import Rendering
+from mcp_gateway.transport.state import GatewayState
 from mcp_gateway.upkeep.metrics import RATE_LIMITED, requests_counter
+from mcp_gateway.vocabulary.jsonrpc import INVALID_REQUEST, RATE_LIMITED_CODE, RequestId, encode
 from shared.tracing import RequestTrace
 
 # Metric labels: a client names any method it likes; only these get a series of their own.
@@ -139,3 +146,38 @@ class Exchange:
         await start_stream(self.send, headers)
         await send_event(self.send, body)
         await end_stream(self.send)
+
+    def rendering(self, legacy: bool) -> Rendering:
+        """How this exchange's call outcomes are rendered (mcp_gateway.transport.results)."""
+        settings, agent = self.state.settings, self.agent
+        return Rendering(
+            legacy,
+            settings.language,
+            self.request_id,
+            settings.public_path_prefix,
+            agent.workspace,
+            agent.slug,
+        )
+
+    # -- the pipeline's channel to the client (mcp_gateway.pipeline.channel) --
+
+    async def progress(self, token: str | int, step: int, message: str) -> bool:
+        params = {"progressToken": token, "progress": step, "message": message}
+        return await self.notify(
+            encode({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
+        )
+
+    async def ask(self, request_id: str, message: str) -> bool:
+        form = {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": "elicitation/create",
+            "params": {
+                "message": message,
+                "requestedSchema": {"type": "object", "properties": {}},
+            },
+        }
+        return await self.notify(encode(form))
+
+    async def gone(self) -> None:
+        await wait_disconnect(self.receive)

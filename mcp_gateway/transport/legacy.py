@@ -1,6 +1,6 @@
 """The legacy protocol era (2025-03-26, 2025-06-18, 2025-11-25): initialize and sessions.
 
-Sessions are signed ids (mcp_gateway.transport.sessions): any replica checks one without
+Sessions are signed ids (mcp_gateway.sessions.signer): any replica checks one without
 the database. A request inside a session without ``MCP-Protocol-Version`` uses
 the session's negotiated version (docs/architecture.md, "Seed curl sequence"); one whose
 header differs gets 400. Batches exist only in 2025-03-26.
@@ -8,23 +8,24 @@ header differs gets 400. Batches exist only in 2025-03-26.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-import psycopg
 import structlog
 
-from mcp_gateway.catalog.listing import BadCursor, server_info, tools_list_response
-from mcp_gateway.pipeline import elicitation_stream
-from mcp_gateway.pipeline.tool_call import tools_call
+from mcp_gateway.sessions.signer import MalformedSessionId, SessionClaims, session_hash
+from mcp_gateway.sessions.terminations import NotRecorded
+from mcp_gateway.transport import methods
+from mcp_gateway.transport.calls import declares_form
 from mcp_gateway.transport.checks import BATCHES_REFUSED, read_request, require_event_stream
 from mcp_gateway.transport.errors import ProtocolError
 from mcp_gateway.transport.exchange import Exchange
-from mcp_gateway.transport.jsonrpc import (
+from mcp_gateway.transport.listing import server_info
+from mcp_gateway.transport.rate_limits import MethodClass
+from mcp_gateway.transport.streams import LIST_CHANGED, serve_stream
+from mcp_gateway.upkeep.metrics import REQUESTS
+from mcp_gateway.vocabulary.jsonrpc import (
     INTERNAL_ERROR,
-    INVALID_PARAMS,
     INVALID_REQUEST,
-    METHOD_NOT_FOUND,
     InvalidMessage,
     Message,
     RequestId,
@@ -33,18 +34,18 @@ from mcp_gateway.transport.jsonrpc import (
     parse_message,
     result,
 )
-from mcp_gateway.transport.rate_limits import MethodClass
-from mcp_gateway.transport.sessions import MalformedSessionId, SessionClaims, session_hash
-from mcp_gateway.transport.streams import LIST_CHANGED, serve_stream
-from mcp_gateway.transport.versions import BATCH_VERSION, LEGACY_VERSIONS
-from mcp_gateway.upkeep.metrics import REQUESTS
-from shared.db import within
+from mcp_gateway.vocabulary.versions import BATCH_VERSION, LEGACY_VERSIONS
 
 log = structlog.get_logger(__name__)
 
 ELICITATION_VERSIONS = ("2025-06-18", "2025-11-25")  # elicitation/create exists from 2025-06-18
 
 _LIST_CHANGED = encode({"jsonrpc": "2.0", "method": LIST_CHANGED})
+
+
+class Session(NamedTuple):
+    claims: SessionClaims
+    digest: bytes  # what the termination list holds: the id's hash, never the id
 
 
 async def handle(exchange: Exchange, method: str, version_header: str | None) -> None:
@@ -56,7 +57,7 @@ async def handle(exchange: Exchange, method: str, version_header: str | None) ->
         await _delete(exchange, version_header)
 
 
-def _session(exchange: Exchange, version_header: str | None) -> SessionClaims:
+def _session(exchange: Exchange, version_header: str | None) -> Session:
     """The request's session; 400 when missing or malformed, 404 when unknown or ended."""
     session_id = exchange.headers.get("mcp-session-id")
     if session_id is None:
@@ -65,15 +66,17 @@ def _session(exchange: Exchange, version_header: str | None) -> SessionClaims:
             "MCP-Session-Id header is required: call initialize first",
             code=INVALID_REQUEST,
         )
+    session_id = session_id.strip()
     try:
-        claims = exchange.state.sessions.verify(session_id.strip())
+        claims = exchange.state.sessions.verify(session_id)
     except MalformedSessionId as exc:
         raise ProtocolError(400, str(exc), code=INVALID_REQUEST) from None
+    digest = session_hash(session_id)
     if (
         claims is None
         or claims.key_id != exchange.key.id
         or claims.agent_id != exchange.agent.id
-        or session_hash(session_id.strip()) in exchange.state.refresher.terminated
+        or digest in exchange.state.ended_sessions
     ):
         raise ProtocolError(
             404,
@@ -87,7 +90,7 @@ def _session(exchange: Exchange, version_header: str | None) -> SessionClaims:
             f"{claims.protocol_version}",
             code=INVALID_REQUEST,
         )
-    return claims
+    return Session(claims, digest)
 
 
 async def _post(exchange: Exchange, version_header: str | None) -> None:
@@ -100,17 +103,17 @@ async def _post(exchange: Exchange, version_header: str | None) -> None:
         exchange.admit("other", message.id)
         await _initialize(exchange, message)
         return
-    claims = _session(exchange, version_header)
+    session = _session(exchange, version_header)
     kind: MethodClass = "tools_call" if message.method == "tools/call" else "other"
     exchange.admit(kind, message.id)
     if message.method is None:  # a response: perhaps the human's answer to a form
-        await elicitation_stream.record(exchange, message, _digest(exchange))
+        await exchange.state.pipeline.record_answer(message.id, message.params, session.digest)
     if not message.is_request:
         await exchange.answer(202)
         return
-    if claims.elicitation:
-        exchange.elicitation_session = _digest(exchange)
-    await exchange.reply(await _dispatch(exchange, message))
+    if session.claims.elicitation:
+        exchange.elicitation_session = session.digest
+    await exchange.reply(await methods.answer(exchange, message, legacy=True))
 
 
 async def _batch(exchange: Exchange, items: list[Any], version_header: str | None) -> None:
@@ -120,7 +123,7 @@ async def _batch(exchange: Exchange, items: list[Any], version_header: str | Non
     session")."""
     exchange.rpc_method = "batch"
     exchange.sse_ok = False  # one JSON array answers a batch: no call in it waits
-    claims = _session(exchange, version_header)
+    claims = _session(exchange, version_header).claims
     if claims.protocol_version != BATCH_VERSION or not items:
         raise ProtocolError(400, BATCHES_REFUSED, code=INVALID_REQUEST)
     settings = exchange.state.settings
@@ -152,7 +155,7 @@ async def _batch(exchange: Exchange, items: list[Any], version_header: str | Non
         elif message.is_request and size >= budget:
             answers.append(_not_run(message.id, budget))
         elif message.is_request:
-            answer = await _dispatch(exchange, message)
+            answer = await methods.answer(exchange, message, legacy=True)
             size += len(answer)
             answers.append(answer)
     if not answers:
@@ -189,46 +192,20 @@ async def _initialize(exchange: Exchange, message: Message) -> None:
         exchange.key.id,
         exchange.agent.id,
         negotiated,
-        elicitation=negotiated in ELICITATION_VERSIONS and _declares_form(message.params),
+        elicitation=negotiated in ELICITATION_VERSIONS
+        and declares_form(message.params.get("capabilities")),
     )
     log.info("session_opened", protocol_version=negotiated)
     await exchange.reply(encode(result(message.id, answer)), {"MCP-Session-Id": session_id})
-
-
-def _declares_form(params: dict[str, Any]) -> bool:
-    """The initialize's client capabilities declare form elicitation (``{}`` is form)."""
-    capabilities = params.get("capabilities")
-    elicitation = capabilities.get("elicitation") if isinstance(capabilities, dict) else None
-    return isinstance(elicitation, dict) and (not elicitation or "form" in elicitation)
-
-
-def _digest(exchange: Exchange) -> bytes:
-    return session_hash((exchange.headers.get("mcp-session-id") or "").strip())
-
-
-async def _dispatch(exchange: Exchange, message: Message) -> bytes:
-    """The JSON-RPC response to one request (errors inside HTTP 200)."""
-    method = message.method
-    if method == "ping":
-        return encode(result(message.id, {}))
-    if method == "tools/list":
-        try:
-            return tools_list_response(message.id, exchange.agent, message.params.get("cursor"))
-        except BadCursor as exc:
-            return encode(error(message.id, INVALID_PARAMS, str(exc)))
-    if method == "tools/call":
-        return await tools_call(exchange, message, modern=False)
-    return encode(error(message.id, METHOD_NOT_FOUND, f"Method not found: {method}"))
 
 
 async def _listen(exchange: Exchange, version_header: str | None) -> None:
     """GET: a server-to-client stream carrying notifications/tools/list_changed."""
     exchange.rpc_method = "GET"
     require_event_stream(exchange.headers, "GET")
-    _session(exchange, version_header)
+    digest = _session(exchange, version_header).digest
     exchange.admit("other")
-    digest = session_hash((exchange.headers.get("mcp-session-id") or "").strip())
-    terminated = exchange.state.refresher.terminated
+    ended = exchange.state.ended_sessions
     REQUESTS.labels("GET", "200").inc()
     await serve_stream(
         exchange.state.streams,
@@ -237,36 +214,18 @@ async def _listen(exchange: Exchange, version_header: str | None) -> None:
         exchange.send,
         first=None,
         render=lambda event: _LIST_CHANGED if event == LIST_CHANGED else None,
-        ended=lambda: digest in terminated,
+        ended=lambda: digest in ended,
     )
 
 
 async def _delete(exchange: Exchange, version_header: str | None) -> None:
-    """End the session on every replica: the termination list row plus a NOTIFY."""
+    """End the session on every replica (mcp_gateway.sessions.terminations)."""
     exchange.rpc_method = "DELETE"
-    claims = _session(exchange, version_header)
+    claims, digest = _session(exchange, version_header)
     exchange.admit("other")
-    digest = session_hash((exchange.headers.get("mcp-session-id") or "").strip())
-    expires = exchange.state.sessions.expires_at(claims)
-
-    async def record() -> None:
-        async with exchange.state.pool.connection(timeout=5) as conn:
-            await conn.execute(
-                """INSERT INTO mcp_session_terminations (session_hash, expires_at)
-                   VALUES (%s, %s) ON CONFLICT (session_hash) DO NOTHING""",
-                (digest, datetime.fromtimestamp(expires, UTC)),
-            )
-            await conn.execute("SELECT pg_notify('crank_sessions', '')")
-
-    recorded = exchange.state.refresher.database_reachable  # fail fast during an outage
     try:
-        if recorded:
-            await within(5, record())  # a hard bound, even if the server stopped answering
-    except (psycopg.Error, TimeoutError):
-        log.warning("session_delete_failed", exc_info=True)
-        recorded = False
-    if not recorded:
-        raise ProtocolError(503, "cannot end the session now; retry", code=INTERNAL_ERROR)
-    exchange.state.refresher.note_termination(digest, expires)
+        await exchange.state.ended_sessions.end(digest, exchange.state.sessions.expires_at(claims))
+    except NotRecorded:
+        raise ProtocolError(503, "cannot end the session now; retry", code=INTERNAL_ERROR) from None
     log.info("session_ended")
     await exchange.answer(204)

@@ -3,45 +3,38 @@
 Each request carries its protocol version and client capabilities in
 ``params._meta``; the checks run in the order the revision and the official
 SDK use: the envelope (400, -32602), then the routing headers against the body
-(400, -32020), then the version (400, -32022). Removed and unknown methods
-answer 404 with -32601. Every result carries ``resultType``; list results also
-``ttlMs`` (= ``CRANK_MCP_REFRESH_MS``) and ``cacheScope: private``, since a
-catalog is per agent key.
+(400, -32020), then the version (400, -32022). The methods and their results'
+framing are in mcp_gateway.transport.methods; ``subscriptions/listen`` is this
+era's stream.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any
 
-from mcp_gateway.approvals import tasks as approval_tasks
-from mcp_gateway.catalog.listing import BadCursor, server_info, tools_list_response
-from mcp_gateway.pipeline.tool_call import tools_call
+from mcp_gateway.transport import methods, tasks
 from mcp_gateway.transport.checks import read_request, require_event_stream
 from mcp_gateway.transport.errors import ProtocolError
 from mcp_gateway.transport.exchange import Exchange
-from mcp_gateway.transport.jsonrpc import (
+from mcp_gateway.transport.methods import SUPPORTED_VERSIONS
+from mcp_gateway.transport.rate_limits import MethodClass
+from mcp_gateway.transport.streams import LIST_CHANGED, serve_stream
+from mcp_gateway.upkeep.metrics import REQUESTS
+from mcp_gateway.vocabulary.jsonrpc import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
-    METHOD_NOT_FOUND,
     UNSUPPORTED_VERSION,
     Message,
     encode,
-    result,
 )
-from mcp_gateway.transport.rate_limits import MethodClass
-from mcp_gateway.transport.streams import LIST_CHANGED, serve_stream
-from mcp_gateway.transport.versions import LEGACY_VERSIONS, META_CAPABILITIES, MODERN_VERSIONS
-from mcp_gateway.upkeep.metrics import REQUESTS
+from mcp_gateway.vocabulary.versions import META_CAPABILITIES, MODERN_VERSIONS
 
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
-META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 META_SUBSCRIPTION = "io.modelcontextprotocol/subscriptionId"
-SUPPORTED_VERSIONS = [*MODERN_VERSIONS, *reversed(LEGACY_VERSIONS)]
 # Methods with the body field that Mcp-Name must repeat.
 _NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
-_NAMED |= dict.fromkeys(approval_tasks.METHODS, "taskId")  # the tasks extension's routing
+_NAMED |= dict.fromkeys(tasks.METHODS, "taskId")  # the tasks extension's routing
 _ALLOW = {"Allow": "POST"}
 
 
@@ -110,61 +103,11 @@ def _check_envelope(exchange: Exchange, message: Message, version_header: str) -
         )
 
 
-def _complete(
-    exchange: Exchange, value: dict[str, Any], *, cacheable: bool = False
-) -> dict[str, Any]:
-    value["resultType"] = "complete"
-    if cacheable:
-        value["ttlMs"] = exchange.state.settings.mcp_refresh_ms
-        value["cacheScope"] = "private"
-    value["_meta"] = {META_SERVER_INFO: server_info(exchange.agent)}
-    return value
-
-
-def _discover(exchange: Exchange) -> dict[str, Any]:
-    value: dict[str, Any] = {
-        "supportedVersions": SUPPORTED_VERSIONS,
-        "capabilities": {
-            "tools": {"listChanged": True},
-            "prompts": {},
-            "resources": {},
-            "extensions": {approval_tasks.EXTENSION: {}},  # approvals as tasks
-        },
-    }
-    if exchange.agent.description:
-        value["instructions"] = exchange.agent.description
-    return _complete(exchange, value, cacheable=True)
-
-
 async def _dispatch(exchange: Exchange, message: Message) -> None:
-    method = message.method
-    if method == "subscriptions/listen":
+    if message.method == "subscriptions/listen":
         await _listen(exchange, message)
         return
-    if method == "server/discover":
-        body = encode(result(message.id, _discover(exchange)))
-    elif method == "tools/list":
-        extra = _complete(exchange, {}, cacheable=True)
-        try:
-            body = tools_list_response(
-                message.id, exchange.agent, message.params.get("cursor"), extra, modern=True
-            )
-        except BadCursor as exc:
-            raise ProtocolError(400, str(exc), code=INVALID_PARAMS) from None
-    elif method == "tools/call":
-        # An unknown tool is -32602 in HTTP 200, as in the legacy era (docs/architecture.md, "Status precedence").
-        body = await tools_call(exchange, message, modern=True)
-    elif method in approval_tasks.METHODS:  # (docs/architecture.md, "Tasks")
-        answer = await approval_tasks.serve(exchange, method, message.params)
-        body = encode(result(message.id, _complete(exchange, answer)))
-    elif method in ("prompts/list", "resources/list", "resources/templates/list"):
-        field = {"prompts/list": "prompts", "resources/list": "resources"}.get(
-            method, "resourceTemplates"
-        )
-        body = encode(result(message.id, _complete(exchange, {field: []}, cacheable=True)))
-    else:
-        raise ProtocolError(404, f"Method not found: {method}", code=METHOD_NOT_FOUND)
-    await exchange.reply(body)
+    await exchange.reply(await methods.answer(exchange, message, legacy=False))
 
 
 async def _listen(exchange: Exchange, message: Message) -> None:

@@ -18,12 +18,12 @@ until the token expires, an idempotency record until its ``expires_at``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
-from mcp_gateway.approvals.store import FINISHED, FINISHED_AT
 from shared.db import Connection
 from shared.periodic import PeriodicTask
 from shared.settings import Settings
@@ -55,15 +55,6 @@ def rules(settings: Settings) -> list[Rule]:
         ),
         Rule(
             "audit_log", "at < now() - make_interval(days => %s)", settings.audit_log_retention_days
-        ),
-        Rule(
-            "approvals",
-            f"status IN {FINISHED} AND {FINISHED_AT} < now() - make_interval(days => %s)"
-            # An outcome a repeat call may still get stays (docs/architecture.md,
-            # "Approval outcomes"); the period is a validated integer setting.
-            f" AND (delivered_at IS NOT NULL OR {FINISHED_AT}"
-            f" < now() - make_interval(secs => {int(settings.approval_outcome_retention_s)}))",
-            settings.approvals_retention_days,
         ),
         # Delivered and failed webhook deliveries: the delivery log keeps them this long.
         Rule(
@@ -110,9 +101,11 @@ async def _prune_rule(conn: Connection, rule: Rule) -> int:
 
 
 async def prune_once(
-    pool: AsyncConnectionPool[Connection], settings: Settings
+    pool: AsyncConnectionPool[Connection], settings: Settings, extra: Sequence[Rule] = ()
 ) -> dict[str, int] | None:
-    """One round; None when another process holds the lock. Needs an autocommit pool."""
+    """One round over ``rules(settings)`` and ``extra`` (the rules of the tables whose
+    statements live with their aggregate, e.g. approvals); None when another process
+    holds the lock. Needs an autocommit pool."""
     async with pool.connection() as conn:
         cur = await conn.execute("SELECT pg_try_advisory_lock(%s) AS locked", (_LOCK_KEY,))
         row = await cur.fetchone()
@@ -120,7 +113,7 @@ async def prune_once(
             return None
         try:
             counts = {}
-            for rule in rules(settings):
+            for rule in [*rules(settings), *extra]:
                 if rule.days != 0:
                     counts[rule.table] = await _prune_rule(conn, rule)
         finally:
@@ -138,11 +131,13 @@ class Pruner:
         pool: AsyncConnectionPool[Connection],
         settings: Settings,
         *,
+        extra: Sequence[Rule] = (),
         interval_s: float = INTERVAL_S,
         first_run_s: float = FIRST_RUN_S,
     ) -> None:
         self._pool = pool
         self._settings = settings
+        self._extra = tuple(extra)
         self._first_run_s = first_run_s
         # A failed round is retried after one interval, then less and less often.
         self._task = PeriodicTask(
@@ -150,7 +145,7 @@ class Pruner:
         )
 
     async def _prune(self) -> None:
-        await prune_once(self._pool, self._settings)
+        await prune_once(self._pool, self._settings, self._extra)
 
     def start(self) -> None:
         self._task.start(first_delay_s=self._first_run_s)

@@ -307,8 +307,9 @@ class ToolError(Exception):
     """A failure the model can act on; becomes ``isError: true`` with ``to_structured()``.
 
     Build it with ``ToolError.of(code, ...)``, which fills the message and the
-    suggested action from the table in the language asked for. ``request_id``
-    is usually set by the gateway once the error reaches it.
+    suggested action from the table in the language asked for. The error is the
+    failure alone: the call's ``request_id`` is given where it is rendered
+    (``to_structured``), never written into a raised error.
     """
 
     def __init__(
@@ -317,7 +318,6 @@ class ToolError(Exception):
         message: str,
         *,
         suggested_action: str,
-        request_id: str = "",
         retry_after_s: int | None = None,
         details: Mapping[str, Any] | None = None,
     ) -> None:
@@ -328,7 +328,6 @@ class ToolError(Exception):
         self.message = message
         self.recoverable = _TABLE[error_code].recoverable
         self.suggested_action = suggested_action
-        self.request_id = request_id
         # Only a recoverable error says when to retry.
         self.retry_after_s = retry_after_s if self.recoverable else None
         self.details: dict[str, Any] = dict(details or {})
@@ -339,7 +338,6 @@ class ToolError(Exception):
         error_code: ErrorCode,
         *,
         language: Language = "en",
-        request_id: str = "",
         retry_after_s: int | None = None,
         details: Mapping[str, Any] | None = None,
         **params: Any,
@@ -349,18 +347,18 @@ class ToolError(Exception):
             error_code,
             entry.message[language].format(**params),
             suggested_action=entry.action[language],
-            request_id=request_id,
             retry_after_s=retry_after_s,
             details=details,
         )
 
-    def to_structured(self) -> dict[str, Any]:
+    def to_structured(self, request_id: str = "") -> dict[str, Any]:
+        """The model's view: ``request_id`` is the call's (req_..., for the call log)."""
         value: dict[str, Any] = {
             "error_code": self.error_code,
             "message": self.message,
             "recoverable": self.recoverable,
             "suggested_action": self.suggested_action,
-            "request_id": self.request_id,
+            "request_id": request_id,
         }
         if self.retry_after_s is not None:
             value["retry_after_s"] = self.retry_after_s

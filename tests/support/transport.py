@@ -5,20 +5,20 @@ database pool (key look-ups, approval rows), and no gateway process."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 from psycopg_pool import AsyncConnectionPool
 
 from mcp_gateway.app import MCP_PATH
-from mcp_gateway.approvals import endpoints as approval_endpoints
 from mcp_gateway.catalog.keys import KeyResolver
 from mcp_gateway.catalog.snapshot import Agent, Key, Snapshot
-from mcp_gateway.state import GatewayState
-from mcp_gateway.transport import endpoint
+from mcp_gateway.sessions.signer import SessionSigner
+from mcp_gateway.transport import approval_endpoints, endpoint
 from mcp_gateway.transport.asgi import Message
 from mcp_gateway.transport.rate_limits import RateLimiter
-from mcp_gateway.transport.sessions import SessionSigner
+from mcp_gateway.transport.state import GatewayState
+from mcp_gateway.upkeep.health import DatabaseHealth
 from shared.crypto import KeyHasher
 from shared.db import Connection
 from shared.keys import KeyKind, generate_key
@@ -33,12 +33,10 @@ AGENTS = ((1, "sales", True), (2, "other", True), (3, "draft", False))
 
 
 @dataclass
-class _Refresher:
+class _Catalog:
     """What the transport reads of mcp_gateway.catalog.refresher.Refresher."""
 
     snapshot: Snapshot
-    terminated: set[bytes] = field(default_factory=set)
-    database_reachable: bool = True
 
 
 @dataclass
@@ -66,7 +64,8 @@ def build_transport(
             tokens[(slug, kind.value)] = token
             keys[hasher.hash(token)] = Key(agent_id * 10 + offset, kind.value, agent_id, None)
     snapshot = Snapshot(1, time.monotonic(), agents, {a.id: a for a in agents.values()}, keys)
-    refresher = _Refresher(snapshot)
+    health = DatabaseHealth()
+    health.reachable = True
     settings = Settings(
         secret_key=TEST_SECRET_KEY,
         allowed_origins=(ALLOWED_ORIGIN,),
@@ -77,17 +76,15 @@ def build_transport(
     state = GatewayState(
         settings=settings,
         pool=pool,
-        refresher=cast(Any, refresher),
+        catalog=cast(Any, _Catalog(snapshot)),
+        health=health,
         keys=KeyResolver(hasher, pool, database_reachable=lambda: keys_reachable),
         sessions=SessionSigner(TEST_SECRET_KEY, settings.mcp_session_ttl_s),
-        confirmations=unused,
-        request_states=unused,
+        ended_sessions=cast(Any, set()),
         streams=unused,
-        waiters=unused,
-        elicitation_waiters=unused,
+        pipeline=unused,
+        approvals=unused,
         key_use=LastUseRecorder("api_keys"),
-        executor=unused,
-        call_log=unused,
         replicas=unused,
         limiter=RateLimiter(lambda: (0, 1)),
         default_rate_limit=None,

@@ -25,7 +25,7 @@ from mcp.shared.exceptions import MCPError
 from playwright.async_api import Browser, Locator, Page, expect
 
 from control_plane.cli.client import Client as CliClient
-from mcp_gateway.transport.jsonrpc import REFUSED
+from mcp_gateway.vocabulary.jsonrpc import REFUSED
 from tests.support.api import grant_egress, make_token
 from tests.support.browser import browser_page, check_page
 from tests.support.cli import Server

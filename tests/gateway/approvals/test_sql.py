@@ -16,7 +16,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from mcp_gateway.approvals import expiry, store
 from mcp_gateway.approvals.expiry import ExpirySweeper
-from mcp_gateway.upkeep.retention import prune_once
+from mcp_gateway.approvals.store import retention_rule
+from mcp_gateway.upkeep import retention
 from shared.db import Connection, connect, open_pool
 from shared.engine.canonical import arguments_hash
 from shared.settings import Settings
@@ -38,6 +39,11 @@ ALLOWED = {
 }
 DISALLOWED = sorted(set(itertools.product(STATUSES, STATUSES)) - ALLOWED)
 RETENTION_S = 86400  # CRANK_APPROVAL_OUTCOME_RETENTION_S's default
+
+
+async def prune(pool: AsyncConnectionPool[Connection], settings: Settings) -> dict[str, int] | None:
+    """A retention round over every rule the gateway prunes by (mcp_gateway.app wires them)."""
+    return await retention.prune_once(pool, settings, [retention_rule(settings)])
 
 
 @pytest.fixture
@@ -405,13 +411,13 @@ async def test_finished_approvals_are_pruned_after_their_retention_and_active_on
                                              WHEN %s THEN now() - interval '95 days' END""",
             (rows["denied"], rows["completed"], rows["failed"]),
         )
-    pruned = await prune_once(pool, Settings())  # 90 days of finished approvals
+    pruned = await prune(pool, Settings())  # 90 days of finished approvals
     assert pruned is not None
     assert pruned["approvals"] == 3  # denied, expired, failed: finished over 90 days ago
     async with pool.connection() as conn:
         left = await (await conn.execute("SELECT status FROM approvals ORDER BY status")).fetchall()
     assert [r["status"] for r in left] == ["approved", "completed", "executing", "pending"]
-    kept = await prune_once(pool, Settings(approvals_retention_days=0))
+    kept = await prune(pool, Settings(approvals_retention_days=0))
     assert kept is not None
     assert "approvals" not in kept
 
@@ -463,7 +469,7 @@ async def test_retention_keeps_a_finished_approval_while_its_outcome_may_be_deli
         )
     # Finished approvals are kept 1 day, undelivered outcomes deliverable for 3 days.
     settings = Settings(approvals_retention_days=1, approval_outcome_retention_s=3 * 86400)
-    pruned = await prune_once(pool, settings)
+    pruned = await prune(pool, settings)
     assert pruned is not None
     assert pruned["approvals"] == 2
     async with pool.connection() as conn:

@@ -17,9 +17,9 @@ from mcp_gateway.approvals import leases
 from mcp_gateway.approvals.execution import UPSTREAM_TEXT_CHARS, same_request
 from mcp_gateway.approvals.worker import ApprovalWorker
 from mcp_gateway.catalog.builder import load_snapshot
-from mcp_gateway.catalog.refresher import Refresher
 from mcp_gateway.catalog.snapshot import Snapshot, SnapshotOptions
 from mcp_gateway.upkeep.call_log import CallLogWriter
+from mcp_gateway.upkeep.notifications import Notifications
 from shared.crypto import SecretBox
 from shared.db import Connection, connect, open_pool
 from shared.engine.outbound import UpstreamExecutor
@@ -485,31 +485,26 @@ async def test_stop_releases_calls_still_running_after_the_grace(
 # -- waking --------------------------------------------------------------------
 
 
-async def test_a_notification_wakes_the_worker_through_the_refresher(
+async def test_a_notification_wakes_the_worker_through_the_listener(
     client: Client, admin_token: str, database_url: str, shop: Shop
 ) -> None:
     await publish_shop(client, admin_token, shop.port)
     # Polls a minute apart: only the notification can start the claim in time.
     async with worker_for(database_url, start=True, poll_s=60) as worker:
-        refresher = Refresher(
-            database_url,
-            refresh_s=60,
-            listen=True,
-            on_swap=lambda old, new: None,
-            notify={leases.CHANNEL: lambda _payload: worker.wake()},
-        )
-        await refresher.start()
+        listener = Notifications(database_url, enabled=True)
+        listener.subscribe(leases.CHANNEL, lambda _payload: worker.wake())
+        await listener.start()
         try:
 
             async def listening() -> bool:
-                return refresher.listening
+                return listener.listening
 
             await wait_until(listening, timeout_s=5)
             await asyncio.sleep(0.1)  # the reconnect wake-up has been consumed
             (approval_id,) = await insert_approved(database_url, notify=True)
             await wait_until(lambda: status_is(database_url, approval_id, "completed"), 5)
         finally:
-            await refresher.stop()
+            await listener.stop()
 
 
 async def test_polling_claims_approved_rows_without_any_notification(

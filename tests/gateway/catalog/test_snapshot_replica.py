@@ -14,6 +14,7 @@ import httpx
 
 from mcp_gateway.catalog.refresher import _REPLICA_PATIENCE, Refresher
 from mcp_gateway.catalog.snapshot import Snapshot
+from mcp_gateway.upkeep.health import DatabaseHealth
 from shared.db import connect
 from shared.migrate import migrate
 from tests.support.api import Client
@@ -92,7 +93,7 @@ async def test_a_replica_behind_the_primary_is_waited_for_a_few_polls_then_skipp
     refresher = Refresher(
         database_url,
         refresh_s=60,
-        listen=False,
+        health=DatabaseHealth(),
         on_swap=swapped,
         snapshot_conninfo=empty_database_url,
     )

@@ -31,7 +31,7 @@ from litestar.testing import AsyncTestClient
 from mcp import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_gateway.pipeline.elicitation import REQUEST_KEY
+from mcp_gateway.transport.results import REQUEST_KEY
 from shared.db import connect
 from shared.engine.errors import suggested_action
 from tests.support.api import auth, grant_egress, make_token

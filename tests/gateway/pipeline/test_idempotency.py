@@ -26,7 +26,8 @@ from aiohttp import web
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from mcp_gateway.pipeline.idempotency import IN_FLIGHT_RETRY_S, LOCK_MARGIN_S, REPLAYED_META
+from mcp_gateway.pipeline.idempotency import IN_FLIGHT_RETRY_S, LOCK_MARGIN_S
+from mcp_gateway.transport.results import REPLAYED_META
 from shared.db import connect
 from tests.support.api import auth, grant_egress, make_token
 from tests.support.db import database_url_for, reset_database

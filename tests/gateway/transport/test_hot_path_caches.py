@@ -12,7 +12,7 @@ import pytest
 from mcp_gateway.catalog.keys import KeyLookupUnavailable, KeyResolver
 from mcp_gateway.catalog.snapshot import Key, Snapshot
 from mcp_gateway.request_ids import RequestIds
-from mcp_gateway.transport.sessions import MalformedSessionId, SessionSigner
+from mcp_gateway.sessions.signer import MalformedSessionId, SessionSigner
 from shared.crypto import KeyHasher, b64url_encode
 from shared.keys import KeyKind, generate_key
 

@@ -14,12 +14,17 @@ import pytest
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
+from mcp_gateway.approvals.store import retention_rule
 from mcp_gateway.upkeep import retention
-from mcp_gateway.upkeep.retention import prune_once
 from shared.db import Connection, connect, open_pool
 from shared.settings import Settings
 from tests.support.gateway import run_until, wait_until
 from tests.support.metrics import background_failures
+
+
+async def prune(pool: AsyncConnectionPool[Connection], settings: Settings) -> dict[str, int] | None:
+    """A retention round over every rule the gateway prunes by (mcp_gateway.app wires them)."""
+    return await retention.prune_once(pool, settings, [retention_rule(settings)])
 
 
 @pytest.fixture
@@ -93,7 +98,7 @@ async def test_rows_past_their_retention_are_deleted_and_the_rest_kept(
     pool: AsyncConnectionPool[Connection],
 ) -> None:
     await seed(pool)
-    pruned = await prune_once(pool, Settings())  # 30 days of calls, 365 of audit
+    pruned = await prune(pool, Settings())  # 30 days of calls, 365 of audit
     assert pruned == {
         "call_log": 2,
         "audit_log": 1,
@@ -113,7 +118,7 @@ async def test_rows_past_their_retention_are_deleted_and_the_rest_kept(
         "console_sessions": 1,
         "console_links": 1,
     }
-    assert await prune_once(pool, Settings()) == {
+    assert await prune(pool, Settings()) == {
         "call_log": 0,
         "audit_log": 0,
         "approvals": 0,
@@ -129,7 +134,7 @@ async def test_rows_past_their_retention_are_deleted_and_the_rest_kept(
 
 async def test_zero_days_keeps_rows_forever(pool: AsyncConnectionPool[Connection]) -> None:
     await seed(pool)
-    pruned = await prune_once(
+    pruned = await prune(
         pool,
         Settings(
             call_log_retention_days=0,
@@ -180,7 +185,7 @@ async def test_finished_webhook_deliveries_go_after_their_period_and_unsent_ones
                      FROM webhook_subscriptions""",
                 (f"msg_{n}", status, days),
             )
-    pruned = await prune_once(pool, Settings(webhook_retention_days=30))
+    pruned = await prune(pool, Settings(webhook_retention_days=30))
     assert pruned is not None
     assert pruned["webhook_deliveries"] == 2
     async with pool.connection() as conn:
@@ -199,7 +204,7 @@ async def test_large_backlogs_go_in_batches(
                SELECT now() - interval '90 days', 1, 1, 1, 'r', 't', 'ok', 1
                  FROM generate_series(1, 10)"""
         )
-    pruned = await prune_once(pool, Settings())
+    pruned = await prune(pool, Settings())
     assert pruned is not None
     assert pruned["call_log"] == 10
 
@@ -209,7 +214,7 @@ async def test_only_one_process_prunes_at_a_time(pool: AsyncConnectionPool[Conne
     async with pool.connection() as holder:
         await holder.execute("SELECT pg_advisory_lock(%s)", (retention._LOCK_KEY,))
         try:
-            assert await prune_once(pool, Settings()) is None
+            assert await prune(pool, Settings()) is None
         finally:
             await holder.execute("SELECT pg_advisory_unlock(%s)", (retention._LOCK_KEY,))
     assert (await counts(pool))["call_log"] == 4
@@ -261,7 +266,7 @@ async def test_used_tokens_and_idempotency_records_go_once_expired(
             await conn.execute(
                 _RECORD, (agent, operation, key, status, locked_until, result, expires)
             )
-    pruned = await prune_once(pool, Settings())
+    pruned = await prune(pool, Settings())
     assert pruned is not None
     assert (pruned["confirmation_uses"], pruned["idempotency_records"]) == (2, 2)
     async with pool.connection() as conn:
@@ -291,7 +296,7 @@ async def test_a_record_claimed_anew_while_pruning_is_kept(
                       locked_until = now() + interval '1 minute',
                       expires_at = now() + interval '1 day'"""
         )
-        pruning = asyncio.create_task(prune_once(pool, Settings()))
+        pruning = asyncio.create_task(prune(pool, Settings()))
 
         async def delete_waits() -> bool:
             async with pool.connection() as conn:
@@ -327,7 +332,7 @@ async def test_an_unexpected_exception_in_a_round_leaves_the_loop_running_and_is
         rounds += 1
         if rounds == 1:
             raise RuntimeError("a bug in the first round")
-        return await prune_once(pool, settings)
+        return await prune(pool, settings)
 
     monkeypatch.setattr(retention, "prune_once", crashes_once)
     before = background_failures("retention")

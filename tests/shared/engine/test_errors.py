@@ -64,8 +64,8 @@ def test_every_code_has_a_message_and_action_in_english_and_russian(code: ErrorC
 
 
 def test_structured_error_has_exactly_the_design_fields() -> None:
-    error = ToolError.of("upstream_not_found", status=404, request_id="req_1")
-    assert error.to_structured() == {
+    error = ToolError.of("upstream_not_found", status=404)
+    assert error.to_structured("req_1") == {
         "error_code": "upstream_not_found",
         "message": "The external API found nothing (HTTP 404).",
         "recoverable": False,
@@ -75,8 +75,8 @@ def test_structured_error_has_exactly_the_design_fields() -> None:
 
 
 def test_russian_rate_limit_error_matches_the_seed_example() -> None:
-    error = ToolError.of("upstream_rate_limited", language="ru", status=429, request_id="req_123")
-    assert error.to_structured() == {
+    error = ToolError.of("upstream_rate_limited", language="ru", status=429)
+    assert error.to_structured("req_123") == {
         "error_code": "upstream_rate_limited",
         "message": "Внешний API вернул HTTP 429.",
         "recoverable": True,

@@ -9,19 +9,17 @@ page, in the order the agent binds them; every page but the last carries
 it works on every replica that serves the same list, and a cursor issued
 before the list changed is refused instead of silently skipping or repeating
 tools. A cursor this server cannot use raises ``BadCursor``, which both eras
-answer with JSON-RPC -32602: inside HTTP 200 in the legacy era (like every
-JSON-RPC error there), HTTP 400 in the 2026-07-28 era (the revision maps
--32602 to 400).
+answer with JSON-RPC -32602 (mcp_gateway.transport.methods).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any
+from typing import Any, NamedTuple
 
 from mcp_gateway.catalog.snapshot import Agent
-from mcp_gateway.transport.jsonrpc import RequestId, encode
+from mcp_gateway.vocabulary.jsonrpc import RequestId, encode
 
 SERVER_NAME = "crank"
 SERVER_VERSION = "0.1.0"
@@ -68,27 +66,31 @@ def _cursor(index: int, agent: Agent) -> str:
     return base64.urlsafe_b64encode(f"{index}:{_list_tag(agent)}".encode()).decode()
 
 
-def tools_list_response(
-    request_id: RequestId | None,
-    agent: Agent,
-    cursor: Any,
-    extra: dict[str, Any] | None = None,
-    *,
-    modern: bool = False,
-) -> bytes:
-    """The whole JSON-RPC response for one tools/list page; ``extra`` adds result fields."""
-    pages = agent.modern_pages if modern else agent.pages
+class ToolsPage(NamedTuple):
+    """One tools/list page: the serialized tools and, unless it is the last, the next cursor."""
+
+    tools: bytes  # a JSON array, serialized once per snapshot
+    next_cursor: str | None
+
+    def response(self, request_id: RequestId | None, fields: dict[str, Any]) -> bytes:
+        """The whole JSON-RPC response: ``fields`` then ``nextCursor`` follow ``tools``."""
+        if self.next_cursor is not None:
+            fields = {**fields, "nextCursor": self.next_cursor}
+        tail = encode(fields)  # b"{...}" — its members follow "tools"
+        members = b"," + tail[1:] if len(tail) > 2 else b"}"
+        return (
+            b'{"jsonrpc":"2.0","id":'
+            + encode(request_id)
+            + b',"result":{"tools":'
+            + self.tools
+            + members
+            + b"}"
+        )
+
+
+def tools_page(agent: Agent, cursor: Any, *, legacy: bool) -> ToolsPage:
+    """The page ``cursor`` names (the first without one), as the era lists it."""
+    pages = agent.pages if legacy else agent.modern_pages
     index = _page_index(cursor, agent, len(pages))
-    fields: dict[str, Any] = dict(extra or {})
-    if index + 1 < len(pages):
-        fields["nextCursor"] = _cursor(index + 1, agent)
-    tail = encode(fields)  # b"{...}" — its members follow "tools"
-    members = b"," + tail[1:] if len(tail) > 2 else b"}"
-    return (
-        b'{"jsonrpc":"2.0","id":'
-        + encode(request_id)
-        + b',"result":{"tools":'
-        + pages[index]
-        + members
-        + b"}"
-    )
+    following = _cursor(index + 1, agent) if index + 1 < len(pages) else None
+    return ToolsPage(pages[index], following)

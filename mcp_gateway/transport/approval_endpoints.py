@@ -31,7 +31,6 @@ import structlog
 from mcp_gateway.approvals import store
 from mcp_gateway.catalog.keys import RETRY_AFTER_S
 from mcp_gateway.catalog.snapshot import Agent
-from mcp_gateway.state import GatewayState
 from mcp_gateway.transport.asgi import (
     BodyTooLarge,
     Headers,
@@ -43,6 +42,7 @@ from mcp_gateway.transport.asgi import (
 )
 from mcp_gateway.transport.auth import authenticate, bearer, checked_origin
 from mcp_gateway.transport.errors import ProtocolError
+from mcp_gateway.transport.state import GatewayState
 from shared.approval_decisions import MAX_NOTE_CHARS
 from shared.keys import display_prefix
 
@@ -194,7 +194,7 @@ async def _decide(
             name="not_pending",
             data={"status": record},
         )
-    if status == "approved" and state.approvals is not None:
+    if status == "approved":
         state.approvals.approved()  # committed: wake the workers (approvals.wakeups)
     log.info("approval_decided", approval_id=approval_id, status=status, decided_by=decided_by)
     return _encoder.encode(record)

@@ -1,4 +1,4 @@
-"""An operation's published version as an MCP Tool definition.
+"""An operation's published version as an MCP Tool definition, for both protocol eras.
 
 Annotations follow from the method and the safety settings; the input schema
 gains ``_crank_confirmation_token`` where a confirmation is required, so that
@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp_gateway.transport.jsonrpc import encode
 from shared.engine.request_builder import CONFIRMATION_ARGUMENT, CONFIRMATION_TOKEN_PATTERN
-from shared.engine.response_selector import structured_content
 from shared.engine.spec import OperationSpec
 
 _CONFIRMATION_PROPERTY = {
@@ -73,8 +71,7 @@ def tool_annotations(spec: OperationSpec) -> dict[str, Any]:
     return result
 
 
-def tool_definition(spec: OperationSpec, *, wrap_arrays: bool = True) -> dict[str, Any]:
-    """The MCP Tool; ``wrap_arrays`` for the 2025 revisions, whose results must be objects."""
+def _definition(spec: OperationSpec, *, wrap_arrays: bool) -> dict[str, Any]:
     tool: dict[str, Any] = {"name": spec.name}
     if spec.title:
         tool["title"] = spec.title
@@ -87,25 +84,7 @@ def tool_definition(spec: OperationSpec, *, wrap_arrays: bool = True) -> dict[st
     return tool
 
 
-def tool_result(structured: Any, *, is_error: bool, meta: dict[str, Any] | None) -> dict[str, Any]:
-    """A tools/call result: ``structuredContent`` plus its text copy, markers in ``_meta``."""
-    value: dict[str, Any] = {
-        "content": [{"type": "text", "text": encode(structured).decode()}],
-        "structuredContent": structured,
-        "isError": is_error,
-    }
-    if meta:
-        value["_meta"] = meta
-    return value
-
-
-TRUNCATED_META = "crank/truncated"  # the selected result was cut to fit the operation's limits
-
-
-def success_result(
-    selected: Any, *, wrap_arrays: bool, meta: dict[str, Any] | None
-) -> dict[str, Any]:
-    """The success result of a selected value: arrays wrapped for the 2025 revisions."""
-    return tool_result(
-        structured_content(selected, wrap_arrays=wrap_arrays), is_error=False, meta=meta
-    )
+def tool_definitions(spec: OperationSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The MCP Tool as the 2025 revisions list it (array results wrapped: their results
+    must be objects) and as 2026-07-28 lists it."""
+    return _definition(spec, wrap_arrays=True), _definition(spec, wrap_arrays=False)

@@ -1,4 +1,3 @@
-# ruff: noqa: RUF001 - the Russian text is Cyrillic on purpose
 """The approval gate of tools/call: a pending row instead of the upstream call.
 
 The first call of an operation with ``safety.approval: true`` stores the
@@ -12,13 +11,11 @@ find its row. A pending row past its time is expired on the way.
 
 When the call's latest approval has finished and its outcome was not yet
 delivered (and finished within ``CRANK_APPROVAL_OUTCOME_RETENTION_S``), the
-repeat gets that outcome instead (mcp_gateway.approvals.outcomes), once: the
+repeat gets that outcome instead (``outcomes.delivered``), once: the
 claim marks it delivered in the same statement, so of concurrent repeats on
 any replicas one gets the outcome and the others go on as any call after
 the delivery does, asking for a new approval (docs/architecture.md,
-"Approval outcomes"). The seed's structure carries a second text block that
-tells the model, in plain words, to call again with the same arguments for
-the outcome.
+"Approval outcomes").
 
 Arguments with a NUL character anywhere (a string or a key) are refused as
 ``invalid_arguments`` naming the argument: jsonb cannot store U+0000.
@@ -31,14 +28,12 @@ from typing import Any
 import structlog
 
 from mcp_gateway.approvals import store
-from mcp_gateway.approvals.outcomes import outcome_result
 from mcp_gateway.catalog.snapshot import Tool
 from mcp_gateway.pipeline.context import ToolCallContext
-from mcp_gateway.pipeline.results import tool_result
+from mcp_gateway.pipeline.outcomes import Delivered, PendingApproval, delivered
 from shared.engine.canonical import arguments_hash
-from shared.engine.errors import Language, invalid_arguments
+from shared.engine.errors import invalid_arguments
 from shared.engine.request_builder import BuiltRequest
-from shared.public_urls import approvals_path
 
 log = structlog.get_logger(__name__)
 
@@ -49,52 +44,15 @@ class ApprovalRace(RuntimeError):
     """The active row kept changing under us (never seen in practice)."""
 
 
-def approval_required(prefix: str, workspace: str, agent: str, approval_id: str) -> dict[str, Any]:
-    """The seed's structure, URLs as server paths (``/v1/...``) behind ``prefix``."""
-    url = f"{approvals_path(prefix, workspace, agent)}/{approval_id}"
-    return {
-        "status": "approval_required",
-        "approval_id": approval_id,
-        "approval_url": url,
-        "approve": {"method": "POST", "url": f"{url}/approve", "body": {"approve": "yes"}},
-        "deny": {"method": "POST", "url": f"{url}/deny", "body": {"approve": "no"}},
-    }
-
-
-# What the model reads beside the structure: the structure is the seed's, to the letter.
-_CALL_AGAIN: dict[Language, str] = {
-    "en": (
-        "A human must approve this call before it runs; nothing has been done yet. "
-        "Call this tool again with the same arguments to get the outcome: "
-        "until someone decides, the same approval comes back."
-    ),
-    "ru": (
-        "Этот вызов должен подтвердить человек; пока ничего не выполнено. "
-        "Повторите вызов этого инструмента с теми же аргументами, чтобы получить результат: "
-        "пока решения нет, вернётся эта же заявка."
-    ),
-}
-
-
-def approval_required_result(structure: dict[str, Any], language: Language) -> dict[str, Any]:
-    """The tool result of an ``approval_required`` answer: the structure and its JSON text,
-    then the plain words."""
-    result = tool_result(structure, is_error=False, meta=None)
-    result["content"].append({"type": "text", "text": _CALL_AGAIN[language]})
-    return result
-
-
 async def request_approval(
     ctx: ToolCallContext,
     tool: Tool,
     arguments: dict[str, Any],
     built: BuiltRequest,
-    *,
-    wrap_arrays: bool,
-) -> dict[str, Any]:
-    """The tool result for a new or the existing active approval (``approval_required``),
-    or the undelivered outcome of the call's finished one; ``invalid_arguments`` for
-    arguments the approvals table cannot hold."""
+) -> PendingApproval | Delivered:
+    """A new or the existing active approval, or the undelivered outcome of the call's
+    finished one; raises ``invalid_arguments`` for arguments the approvals table
+    cannot hold."""
     agent = ctx.agent
     unstorable = store.nul_path(arguments)
     if unstorable is not None:
@@ -118,12 +76,7 @@ async def request_approval(
             finished = await store.claim_outcome(conn, new, ctx.approval_outcome_retention_s)
             if finished is not None:
                 log.info("approval_outcome_delivered", approval_id=finished.id, tool=tool.name)
-                return outcome_result(
-                    finished,
-                    language=ctx.language,
-                    request_id=ctx.request_id,
-                    wrap_arrays=wrap_arrays,
-                )
+                return delivered(finished, ctx.language)
             approval_id = await store.insert_unless_active(
                 conn, new, ctx.approval_outcome_retention_s
             )
@@ -135,8 +88,5 @@ async def request_approval(
                 if overdue:
                     await store.expire(conn, agent.id, approval_id)
                     continue  # expired now: the outcome approval_expired is next
-            structure = approval_required(
-                ctx.public_path_prefix, agent.workspace, agent.slug, approval_id
-            )
-            return approval_required_result(structure, ctx.language)
+            return PendingApproval(approval_id)
     raise ApprovalRace(f"no stable active approval for {tool.name} after {_ROUNDS} rounds")
