@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/gateway_tools_call.py [--seconds 10] [--connections 1,16,64]
         [--rounds 1] [--eras legacy,modern] [--no-fastmcp] [--log-level warning] [--keep]
+        [--baseline-tree PATH]
 
 Needs wrk (``apt install wrk``), taskset, two CPUs and a PostgreSQL
 (``CRANK_BENCH_DATABASE_URL``, default the local server); it creates and drops
@@ -63,6 +64,22 @@ loops (approval worker, heartbeat, refresher) fire late while the worker's
 event loop is saturated, so a load window can hold fewer of them than the idle
 one: expect |db/call| of a few thousandths either way. One statement per
 hundred calls would read 0.01; one per call 1.0.
+
+Baseline (``--baseline-tree PATH``). To show a change does not cost
+throughput, measure the commit before it in the same run: give a checkout of
+it (``git worktree add /tmp/base <commit>``). A second gateway then runs from
+that tree (its working directory and ``PYTHONPATH``, so its own
+``mcp_gateway`` is imported; checked before start) with the same settings,
+database and CPU, its own port and metrics port, and is verified like the
+first. Its rows, "Crank <version> (baseline)", follow each Crank row and run
+in the same rounds (on even rounds before the Crank row); ``up/call`` and
+``db/call`` are counted alike. After the tables, Crank's req/s over the
+baseline's (best run of each) per era and connection count. The baseline
+uses this tree's venv and database schema (migrated by this tree's code), so
+a commit with other dependencies or migrations may fail to start or verify.
+Two gateways polling one database make the idle background larger (about
+twice one gateway's): it is subtracted from every window alike, but its
+jitter weighs more in short runs' db/call.
 
 Fairness. ``--rounds N`` repeats every run, interleaved; a table shows each
 row's fastest run (its latencies and ``other%`` too) while ``err``,
@@ -126,6 +143,7 @@ WARMUP_S = 2.0
 LEGACY_VERSION = "2025-06-18"
 MODERN_VERSION = "2026-07-28"
 ERA_VERSIONS = {"legacy": LEGACY_VERSION, "modern": MODERN_VERSION}
+GATEWAYS = ("crank", "baseline")  # row kinds of Crank's gateways: this tree's and the baseline's
 
 LUA = """
 wrk.method = "{method}"
@@ -167,14 +185,15 @@ class Row:
     """One line of a table: the best of its rounds, and the sums over all of them."""
 
     label: str
-    kind: str  # "direct", "floor", "fastmcp" or "crank"
+    kind: str  # "direct", "floor", "fastmcp", "crank" or "baseline"
     era: str = ""  # legacy or modern (MCP rows)
     runs: list[Run] = field(default_factory=list)
 
     @property
     def counted(self) -> bool:
-        """Crank's rows: upstream requests and database transactions are counted."""
-        return self.kind == "crank"
+        """Crank's rows (and the baseline's): upstream requests and database transactions
+        are counted."""
+        return self.kind in GATEWAYS
 
     @property
     def best(self) -> Run:
@@ -348,8 +367,12 @@ def serve(
     factory: bool,
     log: Path,
     loop: str = "asyncio",
+    cwd: Path = ROOT,
 ) -> subprocess.Popen[bytes]:
-    """granian serving ``target`` on ``port``, pinned with ``taskset -c cpu`` (None: unpinned)."""
+    """granian serving ``target`` on ``port``, pinned with ``taskset -c cpu`` (None: unpinned).
+
+    ``python -m`` puts ``cwd`` first on sys.path: it decides which checkout is imported.
+    """
     pin = [] if cpu is None else ["taskset", "-c", str(cpu)]
     argv = [*pin, sys.executable, "-m", "granian", "--interface", "asgi"]
     argv += ["--no-ws", "--workers", "1", "--host", "127.0.0.1", "--port", str(port)]
@@ -360,7 +383,7 @@ def serve(
     with log.open("wb") as out:
         # Own session: the whole group (granian's worker included) is signalled on cleanup.
         return subprocess.Popen(
-            [*argv, target], env=env, cwd=ROOT, stdout=out, stderr=out, start_new_session=True
+            [*argv, target], env=env, cwd=cwd, stdout=out, stderr=out, start_new_session=True
         )
 
 
@@ -375,6 +398,32 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=10)
     except ProcessLookupError:
         pass
+
+
+def tree_commit(tree: Path) -> str:
+    """The commit checked out in ``tree``, for the record ("-dirty" if changed; "?" if no git)."""
+    out = subprocess.run(
+        ["git", "-C", str(tree), "describe", "--always", "--dirty"],
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.strip() or "?"
+
+
+def check_imports_from(tree: Path, env: dict[str, str]) -> None:
+    """A server started in ``tree`` with ``env`` imports ``mcp_gateway`` from ``tree``: the
+    venv's editable install points at one checkout, which must not win."""
+    out = subprocess.run(
+        [sys.executable, "-c", "import mcp_gateway; print(mcp_gateway.__file__)"],
+        env=env,
+        cwd=tree,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    imported = Path(out.stdout.strip()).resolve()
+    if not imported.is_relative_to(tree):
+        raise RuntimeError(f"the baseline imports {imported}, not from {tree}")
 
 
 def tail(log: Path) -> str:
@@ -530,7 +579,7 @@ def print_table(connections: int, seconds: float, rows: list[Row], idle: int) ->
     for row in rows:
         run = row.best
         w = run.wrk
-        peer = fastmcp.get(row.era) if row.kind == "crank" else None
+        peer = fastmcp.get(row.era) if row.kind in GATEWAYS else None
         versus = f"{w.rps / peer.rps:>9.1f}" if peer else f"{'':>9}"
         extra = (
             f"{row.upstream_per_call():>8.3f}{row.db_per_call(idle):>9.4f}"
@@ -547,6 +596,17 @@ def print_table(connections: int, seconds: float, rows: list[Row], idle: int) ->
     for row in rows:
         if row.kind == "crank":
             print("  " + verdict(connections, row, direct, fastmcp.get(row.era), idle))
+
+
+def print_baseline_ratios(tables: dict[int, list[Row]], eras: list[str], record: str) -> None:
+    """Crank's req/s over the baseline's, best run of each, per era and connection count."""
+    print(f"\nCrank / baseline, req/s of the best run of each ({record}; below 1.00: slower)")
+    for era in eras:
+        ratios = []
+        for connections, table in tables.items():
+            rps = {row.kind: row.best.wrk.rps for row in table if row.era == era}
+            ratios.append(f"c{connections} {rps['crank'] / rps['baseline']:.3f}")
+        print(f"  {era} {ERA_VERSIONS[era]}: " + "   ".join(ratios))
 
 
 def verdict(
@@ -583,6 +643,17 @@ def verdict(
     return f"{row.label}: " + "; ".join(checks)
 
 
+def run_order(table: list[Row], round_: int) -> list[int]:
+    """Indexes of ``table`` in the order they run: on even rounds each baseline row runs
+    before its Crank row, so neither gateway always goes second."""
+    order = list(range(len(table)))
+    if round_ % 2 == 0:
+        for index, row in enumerate(table):
+            if row.kind == "baseline":
+                order[index - 1], order[index] = index, index - 1
+    return order
+
+
 async def idle_window(server: str, name: str, seconds: float) -> int:
     before = db_transactions(server, name)
     await asyncio.sleep(seconds)
@@ -604,6 +675,10 @@ async def main(args: argparse.Namespace) -> int:
     if not set(eras) <= {"legacy", "modern"} or not connection_counts or args.rounds < 1:
         print("--eras takes legacy and/or modern; --connections and --rounds >= 1", file=sys.stderr)
         return 2
+    tree = args.baseline_tree.resolve() if args.baseline_tree else None
+    if tree is not None and not (tree / "mcp_gateway" / "app.py").is_file():
+        print(f"--baseline-tree {tree}: no mcp_gateway/app.py there", file=sys.stderr)
+        return 2
 
     configure_logging("warning", json=False)
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -617,7 +692,8 @@ async def main(args: argparse.Namespace) -> int:
     from bench.fastmcp_venv import ensure_fastmcp_venv
 
     try:
-        ports = {n: free_port() for n in ("direct", "upstream", "gateway", "floor", "fastmcp")}
+        names = ["direct", "upstream", "gateway", "floor", "fastmcp"]
+        ports = {n: free_port() for n in names + (["baseline"] if tree else [])}
         upstream_port = ports["upstream"]
         key = await seed(url, upstream_port)
         fastmcp_python = ensure_fastmcp_venv() if args.fastmcp else None
@@ -661,6 +737,24 @@ async def main(args: argparse.Namespace) -> int:
             loop=args.gateway_loop,
         )
         processes += [direct, upstream, floor, gateway_process]
+        if tree is not None:
+            # All as the gateway's but the checkout it imports and the metrics port.
+            baseline_env = gateway_env | {
+                "PYTHONPATH": str(tree),
+                "CRANK_METRICS_PORT": str(free_port()),
+            }
+            check_imports_from(tree, baseline_env)
+            baseline_process = serve(
+                server_cpu,
+                "mcp_gateway.app:create_app",
+                ports["baseline"],
+                baseline_env,
+                factory=True,
+                log=logs["baseline"],
+                loop=args.gateway_loop,
+                cwd=tree,
+            )
+            processes.append(baseline_process)
         fastmcp_url = f"http://127.0.0.1:{ports['fastmcp']}{FASTMCP_PATH}"
         if fastmcp_python is not None:
             fastmcp = start_fastmcp(
@@ -674,6 +768,13 @@ async def main(args: argparse.Namespace) -> int:
         await wait_up(
             f"http://127.0.0.1:{ports['gateway']}/readyz", gateway_process, logs["gateway"]
         )
+        record = ""
+        if tree is not None:
+            await wait_up(
+                f"http://127.0.0.1:{ports['baseline']}/readyz", baseline_process, logs["baseline"]
+            )
+            record = f"{ROOT} at {tree_commit(ROOT)} over {tree} at {tree_commit(tree)}"
+            print(f"baseline: a second gateway, same settings; {record}", flush=True)
         print(
             f"servers on CPU {server_cpu} (one granian worker each, gateway and floor "
             f"--loop {args.gateway_loop}; FastMCP under uvicorn), wrk -t1 and the shared "
@@ -697,12 +798,20 @@ async def main(args: argparse.Namespace) -> int:
                     write_lua(workdir, f"fastmcp-{era}", "POST", body, headers),
                 )
                 rows.append(Row(f"FastMCP {ERA_VERSIONS[era]}", "fastmcp", era))
-        for era in eras:
-            headers = await era_headers(gateway, key, era)
-            body = call_body(era == "modern")
-            await verify(gateway, headers, body, era)
-            targets[len(rows)] = (gateway, write_lua(workdir, era, "POST", body, headers))
-            rows.append(Row(f"Crank {ERA_VERSIONS[era]}", "crank", era))
+        gateways = {"crank": gateway}
+        if tree is not None:
+            gateways["baseline"] = f"http://127.0.0.1:{ports['baseline']}{PATH}"
+        suffix = {"crank": "", "baseline": " (baseline)"}
+        for era in eras:  # each baseline row right after its Crank row
+            for kind, gateway_url in gateways.items():
+                headers = await era_headers(gateway_url, key, era)
+                body = call_body(era == "modern")
+                await verify(gateway_url, headers, body, era + suffix[kind])
+                # Crank's scripts keep their names (legacy.lua in the docstring's --keep line).
+                lua_name = era if kind == "crank" else f"baseline-{era}"
+                script = write_lua(workdir, lua_name, "POST", body, headers)
+                targets[len(rows)] = (gateway_url, script)
+                rows.append(Row(f"Crank {ERA_VERSIONS[era]}{suffix[kind]}", kind, era))
         print("verified: one tools/call per server and era returns the expected result")
 
         for target_url, script in targets.values():  # warm pools and caches
@@ -718,7 +827,8 @@ async def main(args: argparse.Namespace) -> int:
         for round_ in range(1, args.rounds + 1):
             for connections, table in tables.items():
                 progress = f"round {round_} c{connections:<3}"
-                for index, row in enumerate(table):
+                for index in run_order(table, round_):
+                    row = table[index]
                     target_url, script = targets[index]
                     db_before = db_transactions(server, name) if row.counted else 0
                     up_before = await upstream_count(upstream_port) if row.counted else 0
@@ -741,9 +851,12 @@ async def main(args: argparse.Namespace) -> int:
         print(f"idle database window again: {idle_after} transactions; using {idle}")
         for connections, table in tables.items():
             print_table(connections, args.seconds, table, idle)
+        if tree is not None:
+            print_baseline_ratios(tables, eras, record)
         if args.keep:
+            shown = gateway + (f", baseline {gateways['baseline']}" if tree else "")
             print(
-                f"--keep: servers stay up until Enter (gateway {gateway}, wrk scripts in "
+                f"--keep: servers stay up until Enter (gateway {shown}, wrk scripts in "
                 f"{workdir}); the database {name} and {workdir} are kept",
                 flush=True,
             )
@@ -783,5 +896,12 @@ if __name__ == "__main__":
     )
     parser.add_argument(
         "--keep", action="store_true", help="leave servers up until Enter; keep logs and scripts"
+    )
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        metavar="PATH",
+        help="also run a gateway from this checkout (e.g. git worktree add /tmp/base <commit>), "
+        "rows next to Crank's, and print Crank / baseline",
     )
     sys.exit(asyncio.run(main(parser.parse_args())))
