@@ -44,9 +44,7 @@ def tool(name: str, operation_id: int, version: int) -> Tool:
         name=name,
         operation_id=operation_id,
         version=version,
-        spec=cast(Any, None),
-        definition=definition,
-        modern_definition={**definition, "modern": True},
+        definitions=(definition, {**definition, "modern": True}),
         compiled=cast(Any, None),
     )
 
