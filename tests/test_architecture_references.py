@@ -46,3 +46,23 @@ def test_no_comment_cites_documents_outside_the_repository() -> None:
         if path.name != SELF and outside.search(path.read_text())
     ]
     assert offenders == []
+
+
+def _source_map() -> str:
+    text = (DOCS_DIR / "architecture.md").read_text()
+    start = text.index("## Source map")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def test_every_gateway_and_shared_module_is_in_the_source_map() -> None:
+    """Each module's file name appears in the map (a package's name for its ``__init__``)."""
+    words = set(re.findall(r"[\w.]+", _source_map()))
+    missing = [
+        str(path.relative_to(REPOSITORY_DIR))
+        for package in ("mcp_gateway", "shared")
+        for path in sorted((REPOSITORY_DIR / package).rglob("*.py"))
+        if path.name not in ("__init__.py", "__main__.py")
+        and path.name not in words
+        and f"{path.parent.name}/{path.name}" not in _source_map()
+    ]
+    assert missing == []

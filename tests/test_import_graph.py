@@ -230,3 +230,54 @@ def test_the_graph_resolves_relative_imports_and_leaves_type_checking_ones_out_o
     assert cycle_groups(run_time) == [["p", "p.sub.a"]]  # through the function-level import
     every = import_graph(("p",), run_time_only=False, root=tmp_path)
     assert every["p.sub.a"] == {*run_time["p.sub.a"], "p.e"}
+
+
+# The gateway's layers, top to bottom (docs/architecture.md, "Layers of the gateway"):
+# a sub-package (or top-level module) imports only those below it, type imports too.
+GATEWAY_LAYERS = (
+    "app",
+    "inbox",
+    "transport",
+    "pipeline",
+    "approvals",
+    "webhooks",
+    "catalog",
+    "sessions",
+    "upkeep",
+    "request_ids",
+    "vocabulary",
+)
+
+
+def _unit(module: str) -> str | None:
+    """The sub-package (or top-level module) of a gateway module; None for the package."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def test_every_gateway_sub_package_has_a_declared_layer() -> None:
+    units = {_unit(name) for name in module_names("mcp_gateway")} - {None}
+    assert units - set(GATEWAY_LAYERS) == set()
+
+
+def test_gateway_sub_packages_import_only_the_layers_below_them() -> None:
+    rank = {unit: index for index, unit in enumerate(GATEWAY_LAYERS)}
+    graph = import_graph(("mcp_gateway",), run_time_only=False)
+    against = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if (source := _unit(module)) is not None
+        and (lower := _unit(target)) is not None
+        and source != lower
+        and rank.get(lower, -1) <= rank.get(source, -1)
+    )
+    assert against == []
+
+
+def test_no_gateway_import_hides_behind_type_checking() -> None:
+    """A TYPE_CHECKING import is how a cycle hides; with one direction none is needed."""
+    every = import_graph(("mcp_gateway",), run_time_only=False)
+    run_time = import_graph(("mcp_gateway",), run_time_only=True)
+    hidden = sorted(f"{m} -> {t}" for m in every for t in every[m] - run_time[m])
+    assert hidden == []
