@@ -75,6 +75,7 @@ from mcp_gateway.approvals.leases import Claimed, Finish
 from mcp_gateway.approvals.wakeups import Wakeups
 from mcp_gateway.catalog.snapshot import Snapshot
 from mcp_gateway.upkeep.call_log import CallLogWriter
+from shared.backoff import doubled
 from shared.crypto import SecretBox
 from shared.db import Connection, within, without_nul
 from shared.engine.errors import Language
@@ -312,7 +313,7 @@ class ApprovalWorker:
                     log.error("approval_result_lost", approval_id=row.id, error=str(exc))
                     return
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                delay = doubled(delay, 2.0)
         if not written:
             log.warning("approval_finish_fenced", approval_id=row.id, attempt=row.attempt)
             return

@@ -44,6 +44,7 @@ from mcp_gateway.upkeep.metrics import WEBHOOK_ATTEMPTS
 from mcp_gateway.webhooks import outbox
 from mcp_gateway.webhooks.outbox import ClaimedDelivery
 from mcp_gateway.webhooks.payloads import approval_links, render
+from shared.backoff import equal_jitter
 from shared.crypto import CryptoError, Sealed, SecretBox
 from shared.db import Connection, within
 from shared.engine.masking import masker_for
@@ -204,8 +205,8 @@ class WebhookDeliverer:
 
     def retry_after(self, attempts: int) -> float:
         """Exponential backoff with equal jitter: half fixed, half random."""
-        ceiling = min(RETRY_CAP_S, self._options.retry_base_s * 2.0 ** (attempts - 1))
-        return ceiling / 2 + self._rng.uniform(0, ceiling / 2)
+        base_s = self._options.retry_base_s
+        return equal_jitter(attempts, base_s=base_s, cap_s=RETRY_CAP_S, rng=self._rng)
 
     async def _failed(
         self, row: ClaimedDelivery, error: str, http_status: int | None, *, final: bool
