@@ -24,6 +24,9 @@ set_json_loads(msgspec.json.decode)
 
 Connection = psycopg.AsyncConnection[dict[str, Any]]
 
+# Far past a healthy short step (a pool wait, a statement); soon enough to notice a stopped server.
+DB_TIMEOUT_S = 5.0
+
 
 def without_nul(value: Any) -> Any:
     """``value`` with every NUL in its strings and keys replaced by U+FFFD, so jsonb can
