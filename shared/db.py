@@ -24,8 +24,7 @@ set_json_loads(msgspec.json.decode)
 
 Connection = psycopg.AsyncConnection[dict[str, Any]]
 
-# How long one database step (a pool checkout, a short statement) may take before the
-# caller gives up: a live server answers in milliseconds, a gone one never.
+# Far past a healthy short step (a pool wait, a statement); soon enough to notice a stopped server.
 DB_TIMEOUT_S = 5.0
 
 

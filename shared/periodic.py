@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 import psycopg
 import structlog
 
+from shared.backoff import doubled
 from shared.metrics import BACKGROUND_FAILURES
 
 log = structlog.get_logger(__name__)
@@ -139,5 +140,5 @@ class PeriodicTask:
         self._failing += 1
         self._failures.inc()
         delay_s = self._next_retry_s
-        self._next_retry_s = min(delay_s * 2, self._retry_max_s)
+        self._next_retry_s = doubled(delay_s, self._retry_max_s)
         return delay_s

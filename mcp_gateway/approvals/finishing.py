@@ -24,10 +24,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from mcp_gateway.approvals import leases
 from mcp_gateway.approvals.leases import Finish
-from shared.db import Connection, within
+from shared.db import DB_TIMEOUT_S, Connection, within
 
 MAX_BATCH = 256  # rows per statement; more wait for the next flush
-_DB_TIMEOUT_S = 5.0
 
 
 class Finisher:
@@ -62,7 +61,7 @@ class Finisher:
             if not batch:
                 continue
             try:
-                written = await within(_DB_TIMEOUT_S, self._write([item for item, _ in batch]))
+                written = await within(DB_TIMEOUT_S, self._write([item for item, _ in batch]))
             except asyncio.CancelledError:
                 for _, future in batch + self._queued:
                     future.cancel()

@@ -28,7 +28,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from mcp_gateway.approvals.store import FINISHED
 from mcp_gateway.upkeep.metrics import APPROVAL_WAITERS
-from shared.db import Connection
+from shared.db import DB_TIMEOUT_S, Connection
 from shared.periodic import PeriodicTask
 
 CHANNEL = "crank_approval_finished"  # NOTIFY payload: the approval id
@@ -109,7 +109,7 @@ class ApprovalWaiters:
         ids = list(self._waits)
         if not ids:
             return
-        async with self._pool.connection(timeout=5) as conn:
+        async with self._pool.connection(timeout=DB_TIMEOUT_S) as conn:
             cur = await conn.execute(self._finished_sql, (ids,))
             for row in await cur.fetchall():
                 self.finished(str(row["id"]))

@@ -21,12 +21,10 @@ import structlog
 from psycopg_pool import AsyncConnectionPool
 
 from shared.approval_decisions import notify_approved
-from shared.db import Connection, within
+from shared.db import DB_TIMEOUT_S, Connection, within
 from shared.periodic import EXPECTED
 
 log = structlog.get_logger(__name__)
-
-_DB_TIMEOUT_S = 5.0
 
 
 class Wakeups:
@@ -37,7 +35,7 @@ class Wakeups:
         pool: AsyncConnectionPool[Connection],
         wake_local: Callable[[], None],
         *,
-        timeout_s: float = _DB_TIMEOUT_S,
+        timeout_s: float = DB_TIMEOUT_S,
     ) -> None:
         self._pool = pool
         self._wake_local = wake_local

@@ -75,8 +75,9 @@ from mcp_gateway.approvals.leases import Claimed, Finish
 from mcp_gateway.approvals.wakeups import Wakeups
 from mcp_gateway.catalog.snapshot import Snapshot
 from mcp_gateway.upkeep.call_log import CallLogWriter
+from shared.backoff import doubled
 from shared.crypto import SecretBox
-from shared.db import Connection, within, without_nul
+from shared.db import DB_TIMEOUT_S, Connection, within, without_nul
 from shared.engine.errors import Language
 from shared.engine.outbound import UpstreamExecutor
 from shared.periodic import EXPECTED, PeriodicTask
@@ -87,7 +88,6 @@ CONCURRENCY = 32  # rows one process runs at once (CRANK_APPROVAL_WORKERS)
 POLL_S = 1.0
 LEASE_MARGIN_S = 10.0
 SHUTDOWN_GRACE_S = 10.0
-_DB_TIMEOUT_S = 5.0
 _RENEW_RETRY_S = 1.0
 _STOP_TIMEOUT_S = 10.0  # after the grace: releases, or finishes already under way
 
@@ -167,7 +167,7 @@ class ApprovalWorker:
 
     async def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         """Stop claiming, give running calls ``grace_s`` to finish, release the rest."""
-        await self._claims.stop(wait_s=_DB_TIMEOUT_S)  # a round under way may finish
+        await self._claims.stop(wait_s=DB_TIMEOUT_S)  # a round under way may finish
         await self.wakeups.stop()
         if not self._tasks:
             return
@@ -204,7 +204,7 @@ class ApprovalWorker:
             self._more = True  # a slot freeing up starts the next round
             return 0
         started = asyncio.get_running_loop().time()
-        running, failed = await within(_DB_TIMEOUT_S, self._claim(free))
+        running, failed = await within(DB_TIMEOUT_S, self._claim(free))
         self._more = len(running) + len(failed) == free
         for row in failed:
             log.warning("approval_attempts_exhausted", approval_id=row.id, attempts=row.attempt)
@@ -266,7 +266,7 @@ class ApprovalWorker:
                 break
             asked = loop.time()
             try:
-                kept = await within(_DB_TIMEOUT_S, self._renew(row))
+                kept = await within(DB_TIMEOUT_S, self._renew(row))
             except EXPECTED as exc:
                 log.warning("approval_renew_failed", approval_id=row.id, error=str(exc))
                 if running.valid_until - loop.time() < row.lease_s / 3:
@@ -305,14 +305,14 @@ class ApprovalWorker:
         delay = 0.25
         while True:
             try:
-                written = await within(_DB_TIMEOUT_S, self._write(row, outcome))
+                written = await within(DB_TIMEOUT_S, self._write(row, outcome))
                 break
             except EXPECTED as exc:
                 if loop.time() + delay >= running.valid_until:
                     log.error("approval_result_lost", approval_id=row.id, error=str(exc))
                     return
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                delay = doubled(delay, 2.0)
         if not written:
             log.warning("approval_finish_fenced", approval_id=row.id, attempt=row.attempt)
             return
@@ -334,7 +334,7 @@ class ApprovalWorker:
                 return await leases.release(conn, row, self.owner, self._exhausted)
 
         try:
-            status = await within(_DB_TIMEOUT_S, release())
+            status = await within(DB_TIMEOUT_S, release())
         except EXPECTED as exc:  # the lease will expire instead
             log.warning("approval_release_failed", approval_id=row.id, error=str(exc))
             return

@@ -22,14 +22,13 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from shared.db import Connection, within
+from shared.db import DB_TIMEOUT_S, Connection, within
 from shared.periodic import PeriodicTask
 
 HEARTBEAT_S = 2.0
 LIVE_WINDOW_S = 10.0
 _PRUNE_AFTER_S = 3600  # rows of processes dead this long are deleted
 _PRUNE_EVERY = 300  # beats: about every ten minutes
-_TIMEOUT_S = 5.0
 
 # The INSERT's row is invisible to the SELECT of the same statement, hence the UNION.
 _BEAT_SQL = """
@@ -83,9 +82,9 @@ class Replicas:
         A failed beat leaves the last count in use; the loop logs the outage once.
         """
         beats, self._beats = self._beats, self._beats + 1
-        await within(_TIMEOUT_S, self.beat())
+        await within(DB_TIMEOUT_S, self.beat())
         if beats % _PRUNE_EVERY == 0:
-            await within(_TIMEOUT_S, self._prune())
+            await within(DB_TIMEOUT_S, self._prune())
 
     def start(self) -> None:
         self._task.start(first_delay_s=0)
@@ -93,7 +92,7 @@ class Replicas:
     async def stop(self) -> None:
         await self._task.stop()
         with contextlib.suppress(psycopg.Error, OSError, TimeoutError):
-            await within(_TIMEOUT_S, self._leave())
+            await within(DB_TIMEOUT_S, self._leave())
 
     async def _leave(self) -> Any:
         async with self._pool.connection() as conn:

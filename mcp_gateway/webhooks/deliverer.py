@@ -44,8 +44,9 @@ from mcp_gateway.upkeep.metrics import WEBHOOK_ATTEMPTS
 from mcp_gateway.webhooks import outbox
 from mcp_gateway.webhooks.outbox import ClaimedDelivery
 from mcp_gateway.webhooks.payloads import approval_links, render
+from shared.backoff import equal_jitter
 from shared.crypto import CryptoError, Sealed, SecretBox
-from shared.db import Connection, within
+from shared.db import DB_TIMEOUT_S, Connection, within
 from shared.engine.masking import masker_for
 from shared.engine.outbound import (
     OutboundError,
@@ -64,7 +65,6 @@ TIMEOUT_MS = 10_000  # one attempt
 LEASE_S = TIMEOUT_MS / 1000 + 20.0  # the attempt, its database writes, and a margin
 RETRY_CAP_S = 3600.0
 MAX_ANSWER_BYTES = 64 * 1024  # a receiver's answer is read (and dropped) up to this
-_DB_TIMEOUT_S = 5.0
 _STOP_GRACE_S = 5.0
 
 
@@ -113,7 +113,7 @@ class WebhookDeliverer:
     async def stop(self) -> None:
         """No new claims; deliveries under way get a few seconds, then are cancelled
         (their rows are sent again once the lease runs out)."""
-        await self._rounds.stop(wait_s=_DB_TIMEOUT_S)
+        await self._rounds.stop(wait_s=DB_TIMEOUT_S)
         if self._tasks:
             _, pending = await asyncio.wait(set(self._tasks), timeout=_STOP_GRACE_S)
             for task in pending:
@@ -126,7 +126,7 @@ class WebhookDeliverer:
         if free <= 0:
             self._more = True
             return 0
-        rows = await within(_DB_TIMEOUT_S, self._claim(free))
+        rows = await within(DB_TIMEOUT_S, self._claim(free))
         self._more = len(rows) == free
         for row in rows:
             task = asyncio.create_task(self._deliver(row), name=f"webhook-{row.id}")
@@ -204,8 +204,8 @@ class WebhookDeliverer:
 
     def retry_after(self, attempts: int) -> float:
         """Exponential backoff with equal jitter: half fixed, half random."""
-        ceiling = min(RETRY_CAP_S, self._options.retry_base_s * 2.0 ** (attempts - 1))
-        return ceiling / 2 + self._rng.uniform(0, ceiling / 2)
+        base_s = self._options.retry_base_s
+        return equal_jitter(attempts, base_s=base_s, cap_s=RETRY_CAP_S, rng=self._rng)
 
     async def _failed(
         self, row: ClaimedDelivery, error: str, http_status: int | None, *, final: bool
@@ -234,4 +234,4 @@ class WebhookDeliverer:
             async with self._pool.connection() as conn:
                 return await statement(conn)
 
-        return await within(_DB_TIMEOUT_S, run())
+        return await within(DB_TIMEOUT_S, run())

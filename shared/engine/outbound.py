@@ -46,6 +46,7 @@ from pyreqwest.exceptions import ConnectError, NetworkError, RequestError
 from pyreqwest.http import Url
 from yarl import URL
 
+from shared.backoff import equal_jitter
 from shared.engine.answer_limits import DEFAULT_MAX_JSON_NODES
 from shared.engine.egress import EgressPolicy
 from shared.engine.errors import ErrorCode
@@ -364,8 +365,10 @@ class UpstreamExecutor:
 
     def _backoff(self, attempt: int) -> float:
         """Exponential backoff with equal jitter: half fixed, half random."""
-        ceiling = min(self.config.backoff_cap_s, self.config.backoff_base_s * 2.0 ** (attempt - 1))
-        return ceiling / 2 + self._rng.uniform(0, ceiling / 2)
+        config = self.config
+        return equal_jitter(
+            attempt, base_s=config.backoff_base_s, cap_s=config.backoff_cap_s, rng=self._rng
+        )
 
     async def _follow(
         self, request: UpstreamRequest, deadline: float
