@@ -26,6 +26,7 @@ BACKGROUND_TASKS = (
     "last_use_api_keys",
     "replica_heartbeat",
     "retention",
+    "session_terminations",
     "snapshot_listen",
     "snapshot_poll",
     "webhook_deliveries",

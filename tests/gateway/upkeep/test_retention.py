@@ -325,14 +325,16 @@ async def test_an_unexpected_exception_in_a_round_leaves_the_loop_running_and_is
     await seed(pool)
     rounds = 0
 
+    real_prune_once = retention.prune_once
+
     async def crashes_once(
-        pool: AsyncConnectionPool[Connection], settings: Settings
+        pool: AsyncConnectionPool[Connection], settings: Settings, extra: Any = ()
     ) -> dict[str, int] | None:
         nonlocal rounds
         rounds += 1
         if rounds == 1:
             raise RuntimeError("a bug in the first round")
-        return await prune(pool, settings)
+        return await real_prune_once(pool, settings, extra)
 
     monkeypatch.setattr(retention, "prune_once", crashes_once)
     before = background_failures("retention")
