@@ -1,29 +1,20 @@
-"""The gateway's ASGI app: ``granian --interface asgi --factory mcp_gateway.app:create_app``.
+"""The gateway's ASGI app (``granian --interface asgi --factory mcp_gateway.app:create_app``):
+it builds every service, starts them in one ordered list, and routes each path
+(docs/architecture.md, "Layers of the gateway", "Shutdown").
 
-One ASGI callable fronts the process: the MCP endpoint
-(``/mcp/v1/{workspace}/{agent}`` and ``/v1/...``) goes straight to the lean
-handler, the approval-key endpoints (``.../{agent}/approvals...``) to
-mcp_gateway.approvals.endpoints, the approver inbox (``.../approvals/inbox``, a
-static page that needs no database) to mcp_gateway.inbox.page; ``/healthz`` and ``/readyz`` are answered
-here. Metrics have their own port (``CRANK_METRICS_PORT``). Behind the
-proxies of ``CRANK_TRUSTED_PROXIES`` the client address of every request is
-the one they forwarded in ``X-Forwarded-For`` (granian's proxy-header wrapper).
+Routes: the MCP endpoint (``/mcp/v1/{workspace}/{agent}`` and ``/v1/...``) to
+mcp_gateway.transport.endpoint, the approval-key endpoints to
+mcp_gateway.transport.approval_endpoints, the approver inbox (a static page that
+needs no database) to mcp_gateway.inbox.page; ``/healthz`` and ``/readyz`` here
+(``/readyz``: 200 ``ready``, 503 ``starting`` before the first snapshot, 503
+``degraded`` while the database is away or the snapshot is older than three
+refresh intervals). Metrics have their own port. Behind ``CRANK_TRUSTED_PROXIES``
+the client address is the one they forwarded (granian's proxy-header wrapper).
 
-``/readyz`` answers 200 ``ready`` while the snapshot is current, 503
-``starting`` before the first snapshot, and 503 ``degraded`` while the
-database is unreachable or the snapshot is older than three refresh
-intervals; a degraded gateway keeps serving its last snapshot
-(mcp_gateway.catalog.refresher).
-
-Shutdown (docs/architecture.md, "Shutdown"): granian waits for open answers
-before it runs the lifespan shutdown, and SSE streams never end by themselves,
-so the first SIGTERM or SIGINT ends every stream at once
-(``StreamHub.shut_down``), ends every tools/call waiting for its approval with
-the seed's ``approval_required`` answer (``ApprovalWaiters.shut_down``) and
-stops the approval worker from claiming; granian's own handling of the signal
-runs as before. The lifespan shutdown then gives running approved calls
-``CRANK_APPROVAL_SHUTDOWN_GRACE_S`` to finish and hands the rest back
-(mcp_gateway.approvals.worker).
+The first SIGTERM or SIGINT ends every stream and wait at once and stops the
+approval worker from claiming (granian waits for open answers before the
+lifespan shutdown, and an SSE stream never ends by itself); granian's own
+handling of the signal runs as before.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ event is set when the approval finishes, on any replica:
 
 - at once by ``NOTIFY crank_approval_finished`` (payload: the approval id),
   which the trigger of migrations/0009_approval_wait.sql sends for every row
-  that becomes denied, expired, completed or failed; the refresher's LISTEN
+  that becomes denied, expired, completed or failed; the process's LISTEN
   connection hands it to ``finished``;
 - else by the poll: every ``poll_s`` while anyone waits, one query for all the
   ids waited on in this process (not one per waiter), so a lost notification,

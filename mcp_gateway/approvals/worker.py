@@ -16,7 +16,7 @@ payload), one for all the decisions made meanwhile (``approved``,
 mcp_gateway.approvals.wakeups), and a release sends it too — and every
 ``poll_s`` (1 s) as the fallback that works alone (e.g.
 ``CRANK_MCP_LISTEN=false`` behind PgBouncer). The gateway LISTENs on the
-refresher's connection (mcp_gateway.catalog.refresher), which calls ``wake`` for
+process's LISTEN connection (mcp_gateway.upkeep.notifications), which calls ``wake`` for
 this channel and also after it reconnects. A round claims at most as many
 rows as there are free slots (``CRANK_APPROVAL_WORKERS`` per process).
 

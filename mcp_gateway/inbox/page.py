@@ -6,7 +6,7 @@
 
 The files are the same for every agent and hold nothing of it: the page asks
 for the approval key in the browser and calls the approval-key endpoints
-(mcp_gateway.approvals.endpoints) with it, same-origin, so serving them needs
+(mcp_gateway.transport.approval_endpoints) with it, same-origin, so serving them needs
 neither a key nor the database. The page names its files relative to its own
 URL, so it works under any path prefix a proxy puts in front. Every answer
 carries a strict Content-Security-Policy (docs/architecture.md, "The approver

@@ -1,5 +1,5 @@
 """The call log: one row per tools/call and per approved call the approval
-worker runs (mcp_gateway.pipeline.accounting), written in batches off the hot path.
+worker runs (mcp_gateway.upkeep.accounting), written in batches off the hot path.
 
 ``CallLogWriter.record`` appends a row to an in-memory buffer (O(1), no I/O);
 a background loop (shared.periodic) writes the buffer every
