@@ -75,8 +75,7 @@ from bench.gateway_tools_call import (  # noqa: E402
     write_lua,
 )
 from bench.harness import SECRET, admin_api, create_database, drop_database, grant_loopback  # noqa: E402
-from mcp_gateway.approvals.leases import CHANNEL  # noqa: E402
-from mcp_gateway.approvals.store import new_approval_id  # noqa: E402
+from mcp_gateway.approvals.store import CHANNEL, new_approval_id  # noqa: E402
 from shared.db import connect  # noqa: E402
 from shared.engine.canonical import arguments_hash  # noqa: E402
 from shared.engine.compiler import compile_operation  # noqa: E402

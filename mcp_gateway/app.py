@@ -35,7 +35,7 @@ from granian.utils.proxies import wrap_asgi_with_proxy_headers
 
 from mcp_gateway.approvals import store as approvals_store
 from mcp_gateway.approvals.expiry import ExpirySweeper
-from mcp_gateway.approvals.leases import CHANNEL as APPROVALS_CHANNEL
+from mcp_gateway.approvals.store import CHANNEL as APPROVALS_CHANNEL
 from mcp_gateway.approvals.waiters import CHANNEL as FINISHED_CHANNEL
 from mcp_gateway.approvals.waiters import ApprovalWaiters
 from mcp_gateway.approvals.worker import ApprovalWorker
@@ -71,6 +71,7 @@ from mcp_gateway.upkeep.notifications import Notifications
 from mcp_gateway.upkeep.replicas import Replicas
 from mcp_gateway.upkeep.retention import Pruner
 from mcp_gateway.vocabulary.jsonrpc import encode
+from mcp_gateway.webhooks import outbox
 from mcp_gateway.webhooks.deliverer import DeliveryOptions, WebhookDeliverer
 from mcp_gateway.webhooks.outbox import CHANNEL as WEBHOOKS_CHANNEL
 from shared import tracing
@@ -263,7 +264,7 @@ class GatewayApp:
         )
         pruner = Pruner(pool, settings, extra=[approvals_store.retention_rule(settings)])
         expiry = ExpirySweeper(pool)
-        backlog = BacklogGauges(pool)
+        backlog = BacklogGauges(pool, [approvals_store.BACKLOG_COLUMNS, outbox.BACKLOG_COLUMNS])
         for channel, callback, on_loss in (
             (CATALOG_CHANNEL, catalog.wake, True),
             (SESSIONS_CHANNEL, ended_sessions.wake, False),

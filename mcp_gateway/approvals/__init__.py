@@ -1,4 +1,4 @@
-"""Human approval: the gate's pending rows (requests), their store, the
-approval-key endpoints, and the worker that runs approved calls (execution,
-leases, worker). Import the modules themselves: this package imports none of
-them, so none of them can loop back through it."""
+"""Human approval: the ``approvals`` table's statements (store), the worker that
+runs approved calls (worker, execution, finishing, wakeups, expiry), the calls
+waiting for a decision (waiters) and approvals as tasks (tasks). Import the
+modules themselves: this package imports none of them."""

@@ -35,8 +35,8 @@ import re2
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
-from mcp_gateway.approvals import leases
-from mcp_gateway.approvals.leases import Claimed
+from mcp_gateway.approvals import store
+from mcp_gateway.approvals.store import Claimed
 from mcp_gateway.catalog.snapshot import Snapshot
 from mcp_gateway.catalog.workspace_state import WorkspaceState
 from mcp_gateway.request_ids import new_request_id
@@ -125,7 +125,7 @@ def same_request(stored: Mapping[str, Any], built: BuiltRequest) -> bool:
 class Outcome:
     """How an approved call ended: the row's final status and its result or error payload."""
 
-    status: leases.Finished
+    status: store.Finished
     payload: Any
     truncated: bool = False  # completed: the selection was cut to fit
 
@@ -270,7 +270,7 @@ class Performer:
         compiled = self._cache.get(key)
         if compiled is None:
             async with self._pool.connection() as conn:
-                raw = await leases.load_spec(conn, *key)
+                raw = await store.load_spec(conn, *key)
             compiled = compile_operation(operation_from_builtins(raw), language=self._language)
             self._cache.put(key, compiled)
         return compiled

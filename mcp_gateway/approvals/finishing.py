@@ -4,7 +4,7 @@ Each finish costs the database a commit, and a commit waits for the WAL to
 reach the disk; with a fast upstream that wait, not the call, bounds how many
 approved calls a process runs per second. So ``Finisher.finish`` queues the
 outcome and one flush at a time writes everything queued since the last one
-(``leases.finish_many``: one statement, one transaction, each row fenced on
+(``store.finish_many``: one statement, one transaction, each row fenced on
 its own ``(id, attempt)`` and the owner). A lone outcome is written at once;
 outcomes that arrive while a flush is under way go in the next one, so the
 batch grows with the load (group commit; docs/architecture.md, "Leases and
@@ -22,8 +22,8 @@ import asyncio
 
 from psycopg_pool import AsyncConnectionPool
 
-from mcp_gateway.approvals import leases
-from mcp_gateway.approvals.leases import Finish
+from mcp_gateway.approvals import store
+from mcp_gateway.approvals.store import Finish
 from shared.db import DB_TIMEOUT_S, Connection, within
 
 MAX_BATCH = 256  # rows per statement; more wait for the next flush
@@ -79,4 +79,4 @@ class Finisher:
     async def _write(self, items: list[Finish]) -> set[str]:
         self.flushes += 1
         async with self._pool.connection() as conn:
-            return await leases.finish_many(conn, self._owner, items)
+            return await store.finish_many(conn, self._owner, items)

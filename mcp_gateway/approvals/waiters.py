@@ -26,14 +26,13 @@ from contextlib import contextmanager
 
 from psycopg_pool import AsyncConnectionPool
 
-from mcp_gateway.approvals.store import FINISHED
+from mcp_gateway.approvals.store import FINISHED_IDS_SQL
 from mcp_gateway.upkeep.metrics import APPROVAL_WAITERS
 from shared.db import DB_TIMEOUT_S, Connection
 from shared.periodic import PeriodicTask
 
 CHANNEL = "crank_approval_finished"  # NOTIFY payload: the approval id
 POLL_S = 1.0
-_APPROVALS_FINISHED = f"SELECT id FROM approvals WHERE id = ANY(%s) AND status IN {FINISHED}"
 
 
 class ApprovalWaiters:
@@ -45,7 +44,7 @@ class ApprovalWaiters:
         *,
         poll_s: float = POLL_S,
         name: str = "approval_wait_poll",
-        finished_sql: str = _APPROVALS_FINISHED,  # the ids of ``%s`` that are done
+        finished_sql: str = FINISHED_IDS_SQL,  # the ids of ``%s`` that are done
         counted: bool = True,  # in the approval-waiters gauge
     ) -> None:
         self._pool = pool

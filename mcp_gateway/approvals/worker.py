@@ -1,7 +1,7 @@
 """The approval worker: runs approved calls, once, on any replica.
 
 Every gateway process runs one ``ApprovalWorker`` (mcp_gateway.app). A row
-moves along the edges of docs/architecture.md, "Approval state machine" (statements in mcp_gateway.approvals.leases)::
+moves along the edges of docs/architecture.md, "Approval state machine" (statements in mcp_gateway.approvals.store)::
 
     approved ──claim──▶ executing ──finish──▶ completed | failed
                           │   ▲
@@ -10,7 +10,7 @@ moves along the edges of docs/architecture.md, "Approval state machine" (stateme
                           └─ SIGTERM: released ──▶ approved
 
 Waking. A claim round runs when the Postgres channel ``crank_approvals``
-(``leases.CHANNEL``) is notified — the approve endpoint, once a decision has
+(``store.CHANNEL``) is notified — the approve endpoint, once a decision has
 committed, wakes this worker and sends ``NOTIFY crank_approvals`` (any
 payload), one for all the decisions made meanwhile (``approved``,
 mcp_gateway.approvals.wakeups), and a release sends it too — and every
@@ -68,10 +68,10 @@ from typing import Literal
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
-from mcp_gateway.approvals import leases
+from mcp_gateway.approvals import store
 from mcp_gateway.approvals.execution import Deferred, Outcome, Performer, exhausted_payload
 from mcp_gateway.approvals.finishing import Finisher
-from mcp_gateway.approvals.leases import Claimed, Finish
+from mcp_gateway.approvals.store import Claimed, Finish
 from mcp_gateway.approvals.wakeups import Wakeups
 from mcp_gateway.catalog.snapshot import Snapshot
 from mcp_gateway.upkeep.call_log import CallLogWriter
@@ -214,7 +214,7 @@ class ApprovalWorker:
 
     async def _claim(self, limit: int) -> tuple[list[Claimed], list[Claimed]]:
         async with self._pool.connection() as conn:
-            return await leases.claim(
+            return await store.claim(
                 conn,
                 owner=self.owner,
                 limit=limit,
@@ -297,7 +297,7 @@ class ApprovalWorker:
 
     async def _renew(self, row: Claimed) -> bool:
         async with self._pool.connection() as conn:
-            return await leases.renew(conn, row, self.owner)
+            return await store.renew(conn, row, self.owner)
 
     async def _finish(self, running: _Running, outcome: Outcome) -> None:
         row = running.row
@@ -331,7 +331,7 @@ class ApprovalWorker:
     async def _release(self, row: Claimed) -> None:
         async def release() -> str | None:
             async with self._pool.connection() as conn:
-                return await leases.release(conn, row, self.owner, self._exhausted)
+                return await store.release(conn, row, self.owner, self._exhausted)
 
         try:
             status = await within(DB_TIMEOUT_S, release())

@@ -32,23 +32,6 @@ log = structlog.get_logger(__name__)
 
 ACTIVE_STATUSES = ("pending", "approved", "executing")
 
-# Deliveries of a revoked subscription are never claimed (mcp_gateway.webhooks.outbox):
-# they are no backlog anyone can work off.
-_BACKLOG_SQL = """
-SELECT (SELECT count(*) FROM approvals WHERE status = 'pending') AS pending,
-       (SELECT count(*) FROM approvals WHERE status = 'approved') AS approved,
-       (SELECT count(*) FROM approvals WHERE status = 'executing') AS executing,
-       (SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
-          FROM approvals WHERE status = 'pending') AS oldest_pending_s,
-       (SELECT count(*) FROM webhook_deliveries d
-          JOIN webhook_subscriptions s ON s.id = d.subscription_id AND s.revoked_at IS NULL
-         WHERE d.status IN ('pending', 'delivering')) AS webhooks,
-       (SELECT coalesce(extract(epoch FROM now() - min(d.created_at)), 0)::float8
-          FROM webhook_deliveries d
-          JOIN webhook_subscriptions s ON s.id = d.subscription_id AND s.revoked_at IS NULL
-         WHERE d.status IN ('pending', 'delivering')) AS oldest_webhook_s
-"""
-
 
 class BacklogGauges:
     """``refresh()`` before a scrape: sets the backlog gauges from one read."""
@@ -56,11 +39,15 @@ class BacklogGauges:
     def __init__(
         self,
         pool: AsyncConnectionPool[Connection],
+        columns: list[str],
         *,
         timeout_s: float = 2.0,
         max_age_s: float = 5.0,
     ) -> None:
         self._pool = pool
+        # One statement over the select-list columns each aggregate owns (the approvals
+        # store, the webhook outbox): the tables' SQL stays with them.
+        self._sql = "SELECT " + ",".join(columns)
         self._timeout_s = timeout_s
         self._max_age_s = max_age_s
         self._read_at = -math.inf  # time.monotonic() of the last read, good or not
@@ -80,7 +67,7 @@ class BacklogGauges:
 
     async def _read(self) -> dict[str, Any]:
         async with self._pool.connection(timeout=self._timeout_s) as conn:
-            cur = await conn.execute(_BACKLOG_SQL)
+            cur = await conn.execute(self._sql.encode())
             row = await cur.fetchone()
         assert row is not None
         return row

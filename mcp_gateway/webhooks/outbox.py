@@ -22,6 +22,17 @@ from mcp_gateway.upkeep.metrics import count_lease_expiries
 from shared.db import Connection
 
 CHANNEL = "crank_webhooks"  # NOTIFY by the trigger when it enqueued a delivery
+# The deliveries not yet made, read when /metrics is scraped (upkeep.backlog): select-list
+# columns. A revoked subscription's deliveries are never claimed: no backlog anyone can
+# work off.
+BACKLOG_COLUMNS = """
+       (SELECT count(*) FROM webhook_deliveries d
+          JOIN webhook_subscriptions s ON s.id = d.subscription_id AND s.revoked_at IS NULL
+         WHERE d.status IN ('pending', 'delivering')) AS webhooks,
+       (SELECT coalesce(extract(epoch FROM now() - min(d.created_at)), 0)::float8
+          FROM webhook_deliveries d
+          JOIN webhook_subscriptions s ON s.id = d.subscription_id AND s.revoked_at IS NULL
+         WHERE d.status IN ('pending', 'delivering')) AS oldest_webhook_s"""
 
 
 @dataclass(frozen=True, slots=True)

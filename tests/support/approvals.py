@@ -17,7 +17,7 @@ import httpx
 from aiohttp import web
 from psycopg.types.json import Jsonb
 
-from mcp_gateway.approvals import leases
+from mcp_gateway.approvals import store
 from shared.db import Connection, connect
 from shared.engine.canonical import arguments_hash
 from shared.engine.compiler import compile_operation
@@ -234,7 +234,7 @@ async def insert_approved(
         )
         assert cur.rowcount == count
         if notify:
-            await conn.execute(f"NOTIFY {leases.CHANNEL}")
+            await conn.execute(f"NOTIFY {store.CHANNEL}")
     return ids
 
 

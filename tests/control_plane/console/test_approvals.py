@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 from psycopg.types.json import Jsonb
 
-from mcp_gateway.approvals import leases, store
+from mcp_gateway.approvals import store
 from shared.db import connect
 from tests.support.api import Client, make_token
 from tests.support.approval_outcomes import gateway_env
@@ -176,7 +176,7 @@ async def test_an_owner_approves_with_a_note_audited_and_seen_by_the_gateway(
     assert 'name="decision" value="approve"' in detail.text
 
     async with await connect(database_url, autocommit=True) as listener:
-        await listener.execute(f"LISTEN {leases.CHANNEL}")
+        await listener.execute(f"LISTEN {store.CHANNEL}")
         answer = await client.post(
             f"{PAGE}/{approval_id}/decide",
             data={"decision": "approve", "note": "ok for sku", "_csrf": csrf},
@@ -184,7 +184,7 @@ async def test_an_owner_approves_with_a_note_audited_and_seen_by_the_gateway(
         assert answer.status_code == 303
         assert answer.headers["location"] == f"{PAGE}/{approval_id}"
         woken = await asyncio.wait_for(anext(listener.notifies()), timeout=5)
-        assert woken.channel == leases.CHANNEL  # the gateways' workers are woken
+        assert woken.channel == store.CHANNEL  # the gateways' workers are woken
 
     row = await _row(database_url, approval_id)
     assert row["status"] == "approved"

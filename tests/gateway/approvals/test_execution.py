@@ -11,7 +11,7 @@ import signal
 from collections import Counter
 from pathlib import Path
 
-from mcp_gateway.approvals import leases
+from mcp_gateway.approvals import store
 from shared.db import connect
 from tests.support.api import Client
 from tests.support.approvals import (
@@ -94,7 +94,7 @@ async def test_a_killed_gateway_leaves_a_lease_another_gateway_reclaims_and_fini
         # The killed process left its lease; expire it instead of waiting it out.
         assert await status_is(database_url, approval_id, "executing")
         await expire_lease(database_url, approval_id)
-        await execute(database_url, f"NOTIFY {leases.CHANNEL}")
+        await execute(database_url, f"NOTIFY {store.CHANNEL}")
         await wait_until(lambda: status_is(database_url, approval_id, "completed"), 10)
         finished = await fetch(database_url, approval_id)
         assert finished["attempt"] == 2

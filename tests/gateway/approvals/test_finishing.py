@@ -14,9 +14,9 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from mcp_gateway.approvals import leases
+from mcp_gateway.approvals import store
 from mcp_gateway.approvals.finishing import Finisher
-from mcp_gateway.approvals.leases import Claimed, Finish
+from mcp_gateway.approvals.store import Claimed, Finish
 from shared.db import Connection, connect, open_pool
 from tests.support.api import Client
 from tests.support.approvals import (
@@ -40,7 +40,7 @@ async def pool_for(database_url: str) -> AsyncIterator[AsyncConnectionPool[Conne
 
 async def claim(database_url: str, owner: str, limit: int) -> list[Claimed]:
     async with await connect(database_url, autocommit=True) as conn:
-        running, failed = await leases.claim(
+        running, failed = await store.claim(
             conn, owner=owner, limit=limit, margin_s=10, exhausted={}
         )
     assert failed == []
@@ -96,8 +96,8 @@ async def test_a_batch_writes_only_the_rows_its_claims_still_hold(
     assert (row["status"], row["response_payload"]) == ("failed", {"error_code": "upstream_error"})
     # The same (id, attempt) fence holds for the other owner's own finish.
     async with await connect(database_url, autocommit=True) as conn:
-        assert await leases.finish(conn, lost, "worker-b", "completed", {"id": "x"}) is False
-        assert await leases.finish(conn, retaken, "worker-b", "completed", {"id": "ord-2"})
+        assert await store.finish(conn, lost, "worker-b", "completed", {"id": "x"}) is False
+        assert await store.finish(conn, retaken, "worker-b", "completed", {"id": "ord-2"})
 
 
 async def test_a_failed_flush_fails_every_finish_in_it_and_the_next_flush_writes(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from mcp_gateway.approvals import leases
+from mcp_gateway.approvals import store
 from mcp_gateway.approvals.wakeups import Wakeups
 from shared.db import connect, open_pool
 
@@ -18,17 +18,17 @@ async def test_decisions_made_together_wake_here_each_time_and_the_others_by_one
     pool = await open_pool(database_url, autocommit=True, max_size=2, name="wakeups")
     try:
         async with await connect(database_url, autocommit=True) as listener:
-            await listener.execute(f"LISTEN {leases.CHANNEL}")
+            await listener.execute(f"LISTEN {store.CHANNEL}")
             wakeups = Wakeups(pool, lambda: local.append(None))
             for _ in range(5):
                 wakeups.approved()
             assert len(local) == 5  # this process's worker: at once, no round trip
             first = [n.channel async for n in listener.notifies(timeout=2, stop_after=2)]
-            assert first == [leases.CHANNEL]
+            assert first == [store.CHANNEL]
             assert wakeups.sent == 1
             wakeups.approved()  # a later decision: a NOTIFY of its own
             later = [n.channel async for n in listener.notifies(timeout=2, stop_after=2)]
-            assert later == [leases.CHANNEL]
+            assert later == [store.CHANNEL]
             assert wakeups.sent == 2
             await wakeups.stop()
     finally:
@@ -46,10 +46,10 @@ async def test_a_notify_the_database_refuses_is_logged_and_the_next_decision_sen
             await asyncio.sleep(0.5)
             await held.execute("SELECT 1")
         async with await connect(database_url, autocommit=True) as listener:
-            await listener.execute(f"LISTEN {leases.CHANNEL}")
+            await listener.execute(f"LISTEN {store.CHANNEL}")
             wakeups.approved()
             got = [n.channel async for n in listener.notifies(timeout=2, stop_after=1)]
-        assert got == [leases.CHANNEL]
+        assert got == [store.CHANNEL]
         assert wakeups.sent == 2
         await wakeups.stop()
     finally:

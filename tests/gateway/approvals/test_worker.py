@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mcp_gateway.approvals import leases
+from mcp_gateway.approvals import store
 from mcp_gateway.approvals.execution import UPSTREAM_TEXT_CHARS, same_request
 from mcp_gateway.approvals.worker import ApprovalWorker
 from mcp_gateway.catalog.builder import load_snapshot
@@ -214,7 +214,7 @@ def test_same_request_ignores_masked_values_and_nothing_else() -> None:
 
 
 async def _claim(conn: Connection, owner: str, limit: int = 10) -> list[str]:
-    running, failed = await leases.claim(
+    running, failed = await store.claim(
         conn, owner=owner, limit=limit, margin_s=10, exhausted={"error_code": "internal_error"}
     )
     assert failed == []
@@ -285,7 +285,7 @@ async def test_the_lease_outlasts_timeout_times_attempts_plus_the_margin(
     await publish_shop(client, admin_token, shop.port, timeout_ms=7000)  # retries: 0
     await insert_approved(database_url)
     async with await connect(database_url, autocommit=True) as conn:
-        running, _ = await leases.claim(conn, owner="o", limit=1, margin_s=10, exhausted={})
+        running, _ = await store.claim(conn, owner="o", limit=1, margin_s=10, exhausted={})
         cur = await conn.execute(
             "SELECT extract(epoch FROM lease_expires_at - now()) AS left_s FROM approvals"
         )
@@ -384,7 +384,7 @@ async def test_stale_worker_cannot_finish_reclaimed_approval(
         await asyncio.wait_for(shop.entered.wait(), 10)
         await expire_lease(database_url, approval_id)
         async with await connect(database_url, autocommit=True) as conn:
-            (fresh,), _ = await leases.claim(
+            (fresh,), _ = await store.claim(
                 conn, owner="worker-b", limit=1, margin_s=10, exhausted={}
             )
         shop.gate.set()
@@ -393,7 +393,7 @@ async def test_stale_worker_cannot_finish_reclaimed_approval(
     assert (row["status"], row["attempt"], row["lease_owner"]) == ("executing", 2, "worker-b")
     assert row["response_payload"] is None
     async with await connect(database_url, autocommit=True) as conn:
-        assert await leases.finish(conn, fresh, "worker-b", "completed", {"id": "ord-2"})
+        assert await store.finish(conn, fresh, "worker-b", "completed", {"id": "ord-2"})
     assert (await fetch(database_url, approval_id))["response_payload"] == {"id": "ord-2"}
 
 
@@ -456,7 +456,7 @@ async def test_stop_releases_calls_still_running_after_the_grace(
     (last_id,) = await insert_approved(database_url, max_attempts=1)
     shop.hold = 2
     async with await connect(database_url, autocommit=True) as listener:
-        await listener.execute(f"LISTEN {leases.CHANNEL}")
+        await listener.execute(f"LISTEN {store.CHANNEL}")
         async with worker_for(database_url) as worker:
             assert await worker.claim_once() == 2
 
@@ -492,7 +492,7 @@ async def test_a_notification_wakes_the_worker_through_the_listener(
     # Polls a minute apart: only the notification can start the claim in time.
     async with worker_for(database_url, start=True, poll_s=60) as worker:
         listener = Notifications(database_url, enabled=True)
-        listener.subscribe(leases.CHANNEL, lambda _payload: worker.wake())
+        listener.subscribe(store.CHANNEL, lambda _payload: worker.wake())
         await listener.start()
         try:
 
