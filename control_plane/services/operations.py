@@ -16,7 +16,6 @@ version) changes nothing: no revision, no version, no audit row — so a second
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Any, Final, Literal
 
@@ -32,6 +31,7 @@ from control_plane.services.audit import record_change
 from control_plane.services.catalog import bump_catalog
 from control_plane.services.constraints import refuse_check_violations
 from shared.db import Connection
+from shared.engine.argument_limits import child_path
 from shared.engine.spec import OperationSpec, operation_from_builtins, spec_to_builtins
 from shared.engine.spec_validation import FieldError, validate_operation
 
@@ -94,7 +94,7 @@ class VersionRow(msgspec.Struct, kw_only=True):
 class Change(msgspec.Struct, kw_only=True):
     """One difference between two specs, at ``path``."""
 
-    path: str  # "" is the whole spec; else "request.url", "input.required[1]", 'headers["a.b"]'
+    path: str  # "" is the whole spec; else "request.url", "input.required[1]", "headers['a.b']"
     kind: Literal["added", "removed", "changed"]
     before: Any
     after: Any
@@ -581,15 +581,6 @@ async def compare_operation(
     )
 
 
-_PLAIN_KEY = re.compile(r"[A-Za-z_$][A-Za-z0-9_$-]*")
-
-
-def _child_path(path: str, key: str) -> str:
-    if _PLAIN_KEY.fullmatch(key):
-        return f"{path}.{key}" if path else key
-    return f"{path}[{msgspec.json.encode(key).decode()}]"
-
-
 def diff_values(before: Any, after: Any, path: str = "") -> list[Change]:
     """The changes that turn one JSON value into another, in document order.
 
@@ -600,7 +591,7 @@ def diff_values(before: Any, after: Any, path: str = "") -> list[Change]:
     if isinstance(before, dict) and isinstance(after, dict):
         changes: list[Change] = []
         for key in [*before, *(k for k in after if k not in before)]:
-            child = _child_path(path, key)
+            child = child_path(path, key)
             if key not in after:
                 changes.append(Change(path=child, kind="removed", before=before[key], after=None))
             elif key not in before:
@@ -611,7 +602,7 @@ def diff_values(before: Any, after: Any, path: str = "") -> list[Change]:
     if isinstance(before, list) and isinstance(after, list):
         changes = []
         for index in range(max(len(before), len(after))):
-            child = f"{path}[{index}]"
+            child = child_path(path, index)
             if index >= len(after):
                 changes.append(Change(path=child, kind="removed", before=before[index], after=None))
             elif index >= len(before):

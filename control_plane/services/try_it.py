@@ -176,7 +176,7 @@ def _upstream_view(upstream: UpstreamCall, masker: Masker, code: ErrorCode | Non
         return UpstreamView(
             status=None, error_code=code, elapsed_ms=elapsed_ms, attempts=upstream.attempts
         )
-    text, cut = masker.head(response.body, MAX_BODY_BYTES)
+    text, cut = masker.excerpt(response.body, MAX_BODY_BYTES, mark="")  # body_truncated says it
     shown = text.encode()[:MAX_BODY_BYTES].decode("utf-8", errors="ignore")
     return UpstreamView(
         status=response.status,

@@ -83,8 +83,8 @@ def _payload(
 
 def upstream_text(body: bytes, masker: Masker) -> str:
     """The upstream's body for an approval record: masked, then cut to UPSTREAM_TEXT_CHARS."""
-    text, cut = masker.head(body, UPSTREAM_TEXT_CHARS)
-    return text[: UPSTREAM_TEXT_CHARS - 1] + "…" if cut else text
+    text, _ = masker.excerpt(body, UPSTREAM_TEXT_CHARS)
+    return text
 
 
 def _matches(stored: Any, actual: Any) -> bool:

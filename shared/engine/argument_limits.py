@@ -19,14 +19,23 @@ __all__ = ["MAX_ARGUMENT_DEPTH", "MAX_ARGUMENT_NODES", "child_path", "oversized"
 
 MAX_ARGUMENT_NODES = 10_000
 MAX_ARGUMENT_DEPTH = 64
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A key jsonschema's json_path writes after a dot; it quotes any other, and so does child_path.
+_PLAIN_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 
 def child_path(path: str, key: str | int) -> str:
-    """The JSON path of ``key`` under ``path``: ``$.a``, ``$['a b']``, ``$.a[3]``."""
+    """The JSON path of ``key`` under ``path``: ``$.a``, ``$['a b']``, ``$.a[3]``; under
+    the root ``""``, ``a``. Keys are written as jsonschema's ``json_path`` writes them
+    (an argument's path names it the same way in every error); a character that does not
+    print is escaped as in a Python literal, so a path never carries a NUL."""
     if isinstance(key, int):
         return f"{path}[{key}]"
-    return f"{path}.{key}" if _IDENTIFIER.fullmatch(key) else f"{path}[{key!r}]"
+    if _PLAIN_KEY.fullmatch(key):
+        return f"{path}.{key}" if path else key
+    quoted = repr(key)
+    if quoted[0] == '"':  # repr's choice for a key with ' and no ": jsonschema escapes the '
+        quoted = "'" + quoted[1:-1].replace("'", "\\'") + "'"
+    return f"{path}[{quoted}]"
 
 
 def oversized(arguments: dict[str, Any]) -> tuple[str, str, str] | None:

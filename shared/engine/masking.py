@@ -20,9 +20,10 @@ and base64 of a text in which the value is only a part (except
 ``user:password`` for basic auth, which the request builder adds as a value
 of its own).
 
-Masking comes before any cut (``head``), so a secret straddling a cut cannot
-leave its first characters behind. ``NO_SECRETS`` masks nothing and costs
-nothing: the hot path of a call without secrets never reaches a pattern.
+Masking comes before any cut (``head``, ``excerpt``), so a secret straddling
+a cut cannot leave its first characters behind. ``NO_SECRETS`` masks nothing
+and costs nothing: the hot path of a call without secrets never reaches a
+pattern.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from __future__ import annotations
 import base64
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 import msgspec
@@ -154,6 +155,30 @@ class Masker:
         if self._pattern is not None:
             text = self._mask_start(text, whole)
         return text[:chars], not whole or len(text) > chars
+
+    def excerpt(
+        self,
+        body: bytes,
+        chars: int,
+        *,
+        mark: str = "…",
+        read: int | None = None,
+        tidy: Callable[[str], str] | None = None,
+    ) -> tuple[str, bool]:
+        """The start of ``body`` as text, masked and only then cut to at most ``chars``
+        characters, the last of them ``mark`` where anything was left out; and whether
+        anything was.
+
+        ``tidy`` rewrites the masked text before the cut and may shorten it (collapse
+        whitespace, say); ``read`` characters of the body (default ``chars``) are
+        masked for it, so that what it removes need not leave the excerpt short.
+        """
+        text, cut = self.head(body, chars if read is None else read)
+        if tidy is not None:
+            text = tidy(text)
+        if not cut and len(text) <= chars:
+            return text, False
+        return text[: chars - len(mark)] + mark, True
 
     def _mask_start(self, text: str, whole: bool) -> str:
         """``text`` masked; when it is the start of something longer, also cut where a

@@ -97,11 +97,15 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> int 
     return None if seconds is None else max(0, min(MAX_RETRY_AFTER_S, math.ceil(seconds)))
 
 
+def _one_line(text: str) -> str:
+    return _WHITESPACE.sub(" ", "".join(c if c.isprintable() else " " for c in text)).strip()
+
+
 def excerpt(body: bytes, masker: Masker = NO_SECRETS) -> str:
     """A short, single-line, masked excerpt of an upstream body (masked before it is cut)."""
-    text, _ = masker.head(body, _EXCERPT_WINDOW)
-    text = _WHITESPACE.sub(" ", "".join(c if c.isprintable() else " " for c in text)).strip()
-    return text[:EXCERPT_CHARS] + ("…" if len(text) > EXCERPT_CHARS else "")
+    # EXCERPT_CHARS and the ellipsis after them.
+    text, _ = masker.excerpt(body, EXCERPT_CHARS + 1, read=_EXCERPT_WINDOW, tidy=_one_line)
+    return text
 
 
 def code_for_status(status: int) -> ErrorCode:

@@ -63,6 +63,7 @@ def test_a_secret_straddling_the_cut_leaves_no_prefix_behind() -> None:
         assert len(text) <= 800
         assert "tok" not in text
         assert text.startswith("a" * (800 - offset))
+        assert masker.excerpt(body, 800) == (text[:799] + "…", True)
 
 
 def test_the_head_of_a_short_body_is_all_of_it_masked() -> None:
@@ -70,11 +71,29 @@ def test_the_head_of_a_short_body_is_all_of_it_masked() -> None:
     assert NO_SECRETS.head(b"abcdef", 3) == ("abc", True)
 
 
+def test_an_excerpt_is_masked_then_cut_with_the_mark_inside_the_limit() -> None:
+    assert Masker([SECRET]).excerpt(f"x {SECRET}".encode(), 20) == (f"x {MASK}", False)
+    assert NO_SECRETS.excerpt(b"abcdef", 4) == ("abc…", True)
+    assert NO_SECRETS.excerpt(b"abcdef", 4, mark="") == ("abcd", True)
+    assert NO_SECRETS.excerpt(b"abcdef", 6) == ("abcdef", False)
+
+
+def test_an_excerpt_is_tidied_after_masking_and_before_the_cut() -> None:
+    masker = Masker([SECRET])
+    body = f"{SECRET}\n\n   {SECRET}".encode()
+    text, cut = masker.excerpt(body, 10, read=40, tidy=lambda t: " ".join(t.split()))
+    assert (text, cut) == (f"{MASK} {MASK}", False)
+    assert masker.excerpt(body, 6, read=40, tidy=lambda t: " ".join(t.split())) == (
+        f"{MASK} …",
+        True,
+    )
+
+
 def test_an_excerpt_is_masked_before_whitespace_and_the_cut_shorten_it() -> None:
     # The secret straddles the 800-character window; once the spaces collapse its
-    # start would be the first thing in the excerpt.
+    # start would be the first thing in the excerpt. " tail" is past the window: left out.
     body = (" " * 795 + SECRET + " tail").encode()
-    assert excerpt(body, Masker([SECRET])) == MASK
+    assert excerpt(body, Masker([SECRET])) == MASK + "…"
 
 
 def test_a_basic_auth_password_echoed_alone_is_masked() -> None:
