@@ -180,6 +180,39 @@ def usable_cpus() -> int:
     return max(1, cpus)
 
 
+_LIFETIMES_S = (
+    "approval_ttl_s",
+    "approval_outcome_retention_s",
+    "confirmation_ttl_s",
+    "elicitation_ttl_s",
+    "idempotency_retention_s",
+    "console_session_ttl_s",
+)
+_RETENTION_DAYS = (
+    "call_log_retention_days",
+    "audit_log_retention_days",
+    "approvals_retention_days",
+    "webhook_retention_days",
+)
+# The integer settings that have bounds: (names, lowest, highest).
+_RANGES: tuple[tuple[tuple[str, ...], int, int], ...] = (
+    (("mcp_max_batch_items",), 1, 10_000),
+    (("mcp_max_batch_answer_bytes",), 65_536, 1_073_741_824),
+    (("call_log_flush_ms",), 100, 60_000),
+    (_LIFETIMES_S, 1, 31_536_000),
+    (("approval_max_attempts",), 1, 100),
+    (("approval_workers",), 1, 256),
+    (("approval_shutdown_grace_s", "approval_wait_s"), 0, 3600),
+    (_RETENTION_DAYS, 0, 36_500),
+    (("upstream_max_response_bytes",), 1024, 104_857_600),
+    (("upstream_max_json_nodes",), 1000, 10_000_000),
+    (("max_body_bytes", "max_document_bytes"), 1024, 1 << 30),
+    (("webhook_retry_base_ms",), 10, 3_600_000),
+    (("webhook_max_age_s",), 1, 604_800),
+    (("mcp_tools_page_size",), 1, 10_000),
+)
+
+
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     """Build settings from the environment; empty variables count as unset."""
     env = os.environ if environ is None else environ
@@ -203,55 +236,14 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     parse_rate_limit(settings.key_lookup_limit, "CRANK_KEY_LOOKUP_LIMIT")
     parse_rate_limit(settings.key_lookup_limit_per_address, "CRANK_KEY_LOOKUP_LIMIT_PER_ADDRESS")
     _check_networks(settings.trusted_proxies)
-    if not 1 <= settings.mcp_max_batch_items <= 10_000:
-        raise SettingsError("CRANK_MCP_MAX_BATCH_ITEMS must be between 1 and 10000")
-    if not 65_536 <= settings.mcp_max_batch_answer_bytes <= 1_073_741_824:
-        raise SettingsError("CRANK_MCP_MAX_BATCH_ANSWER_BYTES must be between 65536 and 1073741824")
-    if not 100 <= settings.call_log_flush_ms <= 60_000:
-        raise SettingsError("CRANK_CALL_LOG_FLUSH_MS must be between 100 and 60000")
-    for name in (
-        "approval_ttl_s",
-        "approval_outcome_retention_s",
-        "confirmation_ttl_s",
-        "elicitation_ttl_s",
-        "idempotency_retention_s",
-        "console_session_ttl_s",
-    ):
-        if not 1 <= getattr(settings, name) <= 31_536_000:
-            raise SettingsError(f"CRANK_{name.upper()} must be between 1 and 31536000")
-    if not 1 <= settings.approval_max_attempts <= 100:
-        raise SettingsError("CRANK_APPROVAL_MAX_ATTEMPTS must be between 1 and 100")
-    if not 1 <= settings.approval_workers <= 256:
-        raise SettingsError("CRANK_APPROVAL_WORKERS must be between 1 and 256")
-    if not 0 <= settings.approval_shutdown_grace_s <= 3600:
-        raise SettingsError("CRANK_APPROVAL_SHUTDOWN_GRACE_S must be between 0 and 3600")
-    if not 0 <= settings.approval_wait_s <= 3600:
-        raise SettingsError("CRANK_APPROVAL_WAIT_S must be between 0 and 3600")
-    for name in (
-        "call_log_retention_days",
-        "audit_log_retention_days",
-        "approvals_retention_days",
-        "webhook_retention_days",
-    ):
-        if not 0 <= getattr(settings, name) <= 36_500:
-            raise SettingsError(f"CRANK_{name.upper()} must be between 0 and 36500")
-    if not 1024 <= settings.upstream_max_response_bytes <= 104_857_600:
-        raise SettingsError("CRANK_UPSTREAM_MAX_RESPONSE_BYTES must be between 1024 and 104857600")
-    if not 1000 <= settings.upstream_max_json_nodes <= 10_000_000:
-        raise SettingsError("CRANK_UPSTREAM_MAX_JSON_NODES must be between 1000 and 10000000")
-    for name in ("max_body_bytes", "max_document_bytes"):
-        if not 1024 <= getattr(settings, name) <= 1 << 30:
-            raise SettingsError(f"CRANK_{name.upper()} must be between 1024 and 1073741824")
-    if not 10 <= settings.webhook_retry_base_ms <= 3_600_000:
-        raise SettingsError("CRANK_WEBHOOK_RETRY_BASE_MS must be between 10 and 3600000")
-    if not 1 <= settings.webhook_max_age_s <= 604_800:
-        raise SettingsError("CRANK_WEBHOOK_MAX_AGE_S must be between 1 and 604800")
+    for names, low, high in _RANGES:
+        for name in names:
+            if not low <= getattr(settings, name) <= high:
+                raise SettingsError(f"CRANK_{name.upper()} must be between {low} and {high}")
     if settings.public_url and not re.fullmatch(r"https?://[^/?#\s]+/?", settings.public_url):
         raise SettingsError(
             "CRANK_PUBLIC_URL must be a scheme and host, e.g. https://crank.example.com"
         )
     if not 0 <= settings.gateway_workers <= 256:
         raise SettingsError("CRANK_GATEWAY_WORKERS must be between 0 (one per CPU) and 256")
-    if not 1 <= settings.mcp_tools_page_size <= 10_000:
-        raise SettingsError("CRANK_MCP_TOOLS_PAGE_SIZE must be between 1 and 10000")
     return settings

@@ -87,6 +87,16 @@ class _Entry:
     action: Mapping[Language, str]
 
 
+# Words several codes share.
+_RETRY_LATER: Mapping[Language, str] = {
+    "en": "Retry the request later.",
+    "ru": "Повторите запрос позже.",
+}
+_RETURNED_STATUS: Mapping[Language, str] = {
+    "en": "The external API returned HTTP {status}.",
+    "ru": "Внешний API вернул HTTP {status}.",
+}
+
 _TABLE: Mapping[ErrorCode, _Entry] = {
     "invalid_arguments": _Entry(
         False,
@@ -153,11 +163,8 @@ _TABLE: Mapping[ErrorCode, _Entry] = {
     ),
     "upstream_rate_limited": _Entry(
         True,
-        {
-            "en": "The external API returned HTTP {status}.",
-            "ru": "Внешний API вернул HTTP {status}.",
-        },
-        {"en": "Retry the request later.", "ru": "Повторите запрос позже."},
+        _RETURNED_STATUS,
+        _RETRY_LATER,
     ),
     "upstream_timeout": _Entry(
         True,
@@ -165,20 +172,17 @@ _TABLE: Mapping[ErrorCode, _Entry] = {
             "en": "The external API did not answer in time.",
             "ru": "Внешний API не ответил вовремя.",
         },
-        {"en": "Retry the request later.", "ru": "Повторите запрос позже."},
+        _RETRY_LATER,
     ),
     "upstream_unavailable": _Entry(
         True,
         {"en": "The external API is unavailable.", "ru": "Внешний API недоступен."},
-        {"en": "Retry the request later.", "ru": "Повторите запрос позже."},
+        _RETRY_LATER,
     ),
     "upstream_error": _Entry(
         True,
-        {
-            "en": "The external API returned HTTP {status}.",
-            "ru": "Внешний API вернул HTTP {status}.",
-        },
-        {"en": "Retry the request later.", "ru": "Повторите запрос позже."},
+        _RETURNED_STATUS,
+        _RETRY_LATER,
     ),
     "upstream_bad_request": _Entry(
         False,
@@ -290,7 +294,7 @@ _TABLE: Mapping[ErrorCode, _Entry] = {
     "internal_error": _Entry(
         True,
         {"en": "Crank failed to complete the call.", "ru": "Crank не смог выполнить вызов."},
-        {"en": "Retry the request later.", "ru": "Повторите запрос позже."},
+        _RETRY_LATER,
     ),
 }
 
