@@ -24,11 +24,9 @@ left for its lease to expire, and nothing is accounted.
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import re2
@@ -40,8 +38,8 @@ from mcp_gateway.approvals.store import Claimed
 from mcp_gateway.catalog.snapshot import Snapshot
 from mcp_gateway.catalog.workspace_state import WorkspaceState
 from mcp_gateway.request_ids import new_request_id
-from mcp_gateway.upkeep.accounting import account_call
-from mcp_gateway.upkeep.call_log import CallLogWriter, CallRecord
+from mcp_gateway.upkeep.accounting import CallClock, Caller, account_call
+from mcp_gateway.upkeep.call_log import CallLogWriter
 from shared import tracing
 from shared.crypto import SecretBox
 from shared.db import Connection
@@ -195,8 +193,8 @@ class Performer:
             return outcome
 
     async def _perform(self, row: Claimed, request_id: str) -> Outcome:
-        called_at, started = datetime.now(UTC), time.perf_counter()
-        upstream = UpstreamCall()
+        clock = CallClock()
+        upstream = clock.upstream
         try:
             compiled = await self._compiled(row)
             secrets = await self._secrets(row, compiled)
@@ -212,25 +210,16 @@ class Performer:
             except Exception:  # a bug: repeating would fail the same way
                 log.exception("approval_call_crashed", approval_id=row.id)
                 outcome = self._internal_error()
+        caller = Caller(row.workspace_id, row.agent_id, row.workspace, row.agent, row.key_id)
         account_call(
             self._call_log,
-            CallRecord(
-                called_at=called_at,
-                workspace_id=row.workspace_id,
-                agent_id=row.agent_id,
-                key_id=row.key_id,
-                request_id=request_id,
-                tool=row.tool,
-                tool_version=row.version,
-                outcome=_outcome_code(outcome),
-                upstream_status=upstream.status,
-                attempts=upstream.attempts,
-                duration_ms=(time.perf_counter() - started) * 1000,
-                upstream_ms=upstream.elapsed_ms,
-                approval_id=row.id,
-            ),
-            workspace=row.workspace,
-            agent=row.agent,
+            caller,
+            clock,
+            request_id=request_id,
+            tool=row.tool,
+            version=row.version,
+            outcome=_outcome_code(outcome),
+            approval_id=row.id,
         )
         return outcome
 

@@ -17,8 +17,6 @@ round trip, while the safety gates write their rows before going on.
 
 from __future__ import annotations
 
-import time
-from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -33,7 +31,7 @@ from mcp_gateway.pipeline import idempotency as idempotency_memory
 from mcp_gateway.pipeline.approval_wait import ApprovalWait
 from mcp_gateway.pipeline.channel import ClientChannel
 from mcp_gateway.pipeline.confirmation_tokens import ConfirmationSigner
-from mcp_gateway.pipeline.context import ToolCallContext
+from mcp_gateway.pipeline.context import Parts, ToolCallContext
 from mcp_gateway.pipeline.outcomes import (
     CallOutcome,
     Completed,
@@ -42,8 +40,8 @@ from mcp_gateway.pipeline.outcomes import (
     TaskCreated,
     code,
 )
-from mcp_gateway.upkeep.accounting import account_call
-from mcp_gateway.upkeep.call_log import CallLogWriter, CallRecord
+from mcp_gateway.upkeep.accounting import CallClock, Caller, account_call
+from mcp_gateway.upkeep.call_log import CallLogWriter
 from shared.db import Connection
 from shared.engine.compiler import confirmation_token
 from shared.engine.errors import ToolError
@@ -101,35 +99,27 @@ class Pipeline:
         call_log: CallLogWriter,
     ) -> None:
         self._settings = settings
-        self._pool = pool
-        self._executor = executor
-        self._confirmations = confirmations
-        self._request_states = request_states
+        self._parts = Parts(
+            language=settings.language,
+            pool=pool,
+            executor=executor,
+            confirmations=confirmations,
+            request_states=request_states,
+            approval_ttl_s=settings.approval_ttl_s,
+            approval_max_attempts=settings.approval_max_attempts,
+            approval_outcome_retention_s=settings.approval_outcome_retention_s,
+            idempotency_retention_s=settings.idempotency_retention_s,
+        )
         self._approval_waiters = approval_waiters
         self._answer_waiters = answer_waiters
         self._call_log = call_log
 
     async def call(self, request: CallRequest) -> CallOutcome:
         """The outcome of one tools/call, accounted (call log row and metrics)."""
-        settings = self._settings
-        ctx = ToolCallContext(
-            agent=request.agent,
-            key_id=request.key_id,
-            request_id=request.request_id,
-            language=settings.language,
-            pool=self._pool,
-            executor=self._executor,
-            confirmations=self._confirmations,
-            request_states=self._request_states,
-            approval_ttl_s=settings.approval_ttl_s,
-            approval_max_attempts=settings.approval_max_attempts,
-            approval_outcome_retention_s=settings.approval_outcome_retention_s,
-            idempotency_retention_s=settings.idempotency_retention_s,
-        )
+        ctx = ToolCallContext(request.agent, request.key_id, request.request_id, self._parts)
         tool = request.tool
-        called_at = datetime.now(UTC)
-        started = time.perf_counter()
-        upstream = UpstreamCall()
+        clock = CallClock()
+        upstream = clock.upstream
         outcome: CallOutcome
         try:
             outcome = await self._run(ctx, request, upstream)
@@ -148,32 +138,23 @@ class Pipeline:
             outcome = Failed(ToolError.of("internal_error", language=ctx.language))
         logged, approval_id = code(outcome)
         agent = ctx.agent
+        caller = Caller(agent.workspace_id, agent.id, agent.workspace, agent.slug, ctx.key_id)
         account_call(
             self._call_log,
-            CallRecord(
-                called_at=called_at,
-                workspace_id=agent.workspace_id,
-                agent_id=agent.id,
-                key_id=ctx.key_id,
-                request_id=ctx.request_id,
-                tool=tool.name,
-                tool_version=tool.version,
-                outcome=logged,
-                upstream_status=upstream.status,
-                attempts=upstream.attempts,
-                duration_ms=(time.perf_counter() - started) * 1000,
-                upstream_ms=upstream.elapsed_ms,
-                approval_id=approval_id,
-            ),
-            workspace=agent.workspace,
-            agent=agent.slug,
+            caller,
+            clock,
+            request_id=ctx.request_id,
+            tool=tool.name,
+            version=tool.version,
+            outcome=logged,
+            approval_id=approval_id,
         )
         return outcome
 
     async def record_answer(self, request_id: Any, answer: Any, session_digest: bytes) -> None:
         """A 2025 client's response to a confirmation form asked on some call's stream."""
         await elicitation_stream.record(
-            self._pool, self._answer_waiters, request_id, answer, session_digest
+            self._parts.pool, self._answer_waiters, request_id, answer, session_digest
         )
 
     async def _run(
@@ -229,7 +210,7 @@ class Pipeline:
                 ctx.pool,
                 ctx.agent.id,
                 answer.approval_id,
-                ctx.approval_outcome_retention_s,
+                ctx.parts.approval_outcome_retention_s,
                 ctx.language,
             )
             return TaskCreated(task)

@@ -18,14 +18,9 @@ from shared.engine.errors import Language
 from shared.engine.outbound import UpstreamExecutor
 
 
-# A frozen msgspec Struct, not a dataclass: built on every tools/call, and a frozen
-# dataclass of this size costs several microseconds to build.
-class ToolCallContext(msgspec.Struct, frozen=True, kw_only=True):
-    """The values the gates and the upstream step take; built once per tools/call."""
+class Parts(msgspec.Struct, frozen=True, kw_only=True):
+    """What every call's gates share: built once per process (mcp_gateway.pipeline.calls)."""
 
-    agent: Agent
-    key_id: int
-    request_id: str
     language: Language
     pool: AsyncConnectionPool[Connection]
     executor: UpstreamExecutor
@@ -35,3 +30,34 @@ class ToolCallContext(msgspec.Struct, frozen=True, kw_only=True):
     approval_max_attempts: int  # CRANK_APPROVAL_MAX_ATTEMPTS
     approval_outcome_retention_s: int  # CRANK_APPROVAL_OUTCOME_RETENTION_S
     idempotency_retention_s: int  # CRANK_IDEMPOTENCY_RETENTION_S
+
+
+# A frozen msgspec Struct, not a dataclass: built on every tools/call, and a frozen
+# dataclass costs several microseconds to build.
+class ToolCallContext(msgspec.Struct, frozen=True):
+    """The call's own values and the process-wide parts; built once per tools/call."""
+
+    agent: Agent
+    key_id: int
+    request_id: str
+    parts: Parts
+
+    @property
+    def language(self) -> Language:
+        return self.parts.language
+
+    @property
+    def pool(self) -> AsyncConnectionPool[Connection]:
+        return self.parts.pool
+
+    @property
+    def executor(self) -> UpstreamExecutor:
+        return self.parts.executor
+
+    @property
+    def confirmations(self) -> ConfirmationSigner:
+        return self.parts.confirmations
+
+    @property
+    def request_states(self) -> ConfirmationSigner:
+        return self.parts.request_states

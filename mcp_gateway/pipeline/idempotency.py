@@ -148,7 +148,7 @@ class _Record:
             "arguments_hash": digest,
             "claim": os.urandom(16),
             "lock_s": lock_seconds(tool),
-            "retention_s": ctx.idempotency_retention_s,
+            "retention_s": ctx.parts.idempotency_retention_s,
             "margin_s": LOCK_MARGIN_S,
         }
 

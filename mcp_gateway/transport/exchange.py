@@ -8,6 +8,7 @@ forms go out on the call's SSE answer.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mcp_gateway.catalog.snapshot import Agent, Key
@@ -26,6 +27,7 @@ from mcp_gateway.transport.errors import ProtocolError
 from mcp_gateway.transport.rate_limits import MethodClass, OverCapacity
 from mcp_gateway.transport.results import Rendering
 from mcp_gateway.transport.state import GatewayState
+from mcp_gateway.transport.streams import serve_stream
 from mcp_gateway.upkeep.metrics import RATE_LIMITED, requests_counter
 from mcp_gateway.vocabulary.jsonrpc import INVALID_REQUEST, RATE_LIMITED_CODE, RequestId, encode
 from shared.tracing import RequestTrace
@@ -146,6 +148,27 @@ class Exchange:
         await start_stream(self.send, headers)
         await send_event(self.send, body)
         await end_stream(self.send)
+
+    async def stream(
+        self,
+        label: str,
+        first: bytes | None,
+        render: Callable[[str], bytes | None],
+        ended: Callable[[], bool],
+    ) -> None:
+        """Hold this request's answer open as the agent's notification stream
+        (mcp_gateway.transport.streams)."""
+        requests_counter(label, 200).inc()
+        state = self.state
+        await serve_stream(
+            state.streams,
+            self.agent.id,
+            self.receive,
+            self.send,
+            first=first,
+            render=render,
+            ended=ended,
+        )
 
     def rendering(self, legacy: bool) -> Rendering:
         """How this exchange's call outcomes are rendered (mcp_gateway.transport.results)."""

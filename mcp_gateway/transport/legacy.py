@@ -21,8 +21,7 @@ from mcp_gateway.transport.errors import ProtocolError
 from mcp_gateway.transport.exchange import Exchange
 from mcp_gateway.transport.listing import server_info
 from mcp_gateway.transport.rate_limits import MethodClass
-from mcp_gateway.transport.streams import LIST_CHANGED, serve_stream
-from mcp_gateway.upkeep.metrics import REQUESTS
+from mcp_gateway.transport.streams import LIST_CHANGED
 from mcp_gateway.vocabulary.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -206,15 +205,11 @@ async def _listen(exchange: Exchange, version_header: str | None) -> None:
     digest = _session(exchange, version_header).digest
     exchange.admit("other")
     ended = exchange.state.ended_sessions
-    REQUESTS.labels("GET", "200").inc()
-    await serve_stream(
-        exchange.state.streams,
-        exchange.agent.id,
-        exchange.receive,
-        exchange.send,
-        first=None,
-        render=lambda event: _LIST_CHANGED if event == LIST_CHANGED else None,
-        ended=lambda: digest in ended,
+    await exchange.stream(
+        "GET",
+        None,
+        lambda event: _LIST_CHANGED if event == LIST_CHANGED else None,
+        lambda: digest in ended,
     )
 
 

@@ -19,8 +19,7 @@ from mcp_gateway.transport.errors import ProtocolError
 from mcp_gateway.transport.exchange import Exchange
 from mcp_gateway.transport.methods import SUPPORTED_VERSIONS
 from mcp_gateway.transport.rate_limits import MethodClass
-from mcp_gateway.transport.streams import LIST_CHANGED, serve_stream
-from mcp_gateway.upkeep.metrics import REQUESTS
+from mcp_gateway.transport.streams import LIST_CHANGED
 from mcp_gateway.vocabulary.jsonrpc import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
@@ -125,13 +124,9 @@ async def _listen(exchange: Exchange, message: Message) -> None:
         }
     )
     changed = encode({"jsonrpc": "2.0", "method": LIST_CHANGED, "params": {"_meta": subscription}})
-    REQUESTS.labels("subscriptions/listen", "200").inc()
-    await serve_stream(
-        exchange.state.streams,
-        exchange.agent.id,
-        exchange.receive,
-        exchange.send,
-        first=ack,
-        render=lambda event: changed if wants_tools and event == LIST_CHANGED else None,
-        ended=lambda: False,
+    await exchange.stream(
+        "subscriptions/listen",
+        ack,
+        lambda event: changed if wants_tools and event == LIST_CHANGED else None,
+        lambda: False,
     )

@@ -1,26 +1,78 @@
 """A finished tool call → one call log row (buffered) and the per-tool metrics.
 
-Both paths that call an upstream on an agent's behalf account here with the
-record they built once: tools/call (mcp_gateway.pipeline.calls) and the approval
+Both paths that call an upstream on an agent's behalf account here, and the
+row is built here only: tools/call (mcp_gateway.pipeline.calls) and the approval
 worker running an approved call (mcp_gateway.approvals.execution), whose rows
 carry the approval id.
 """
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
+from typing import NamedTuple
+
 from mcp_gateway.upkeep.call_log import CallLogWriter, CallRecord
 from mcp_gateway.upkeep.metrics import agent_label, observe_tool_call
+from shared.engine.upstream import UpstreamCall
+
+
+class Caller(NamedTuple):
+    """On whose behalf a call runs: the agent (ids, and slugs for the metric label)
+    and the key that asked (None where an approval row no longer names it)."""
+
+    workspace_id: int
+    agent_id: int
+    workspace: str
+    agent: str
+    key_id: int | None
+
+
+class CallClock:
+    """Started with the call: when it began, and what its upstream step measures."""
+
+    __slots__ = ("called_at", "started", "upstream")
+
+    def __init__(self) -> None:
+        self.called_at = datetime.now(UTC)
+        self.started = time.perf_counter()
+        self.upstream = UpstreamCall()
 
 
 def account_call(
-    call_log: CallLogWriter, record: CallRecord, *, workspace: str, agent: str
+    call_log: CallLogWriter,
+    caller: Caller,
+    clock: CallClock,
+    *,
+    request_id: str,
+    tool: str,
+    version: int | None,
+    outcome: str,
+    approval_id: str | None,
 ) -> None:
-    """``workspace`` and ``agent`` are slugs, for the metric label."""
-    upstream_ms = record.upstream_ms
+    """``outcome``: "ok", an error code, or the approval outcomes of the call log."""
+    upstream = clock.upstream
+    upstream_ms = upstream.elapsed_ms
     observe_tool_call(
-        agent_label(workspace, agent),
-        record.tool,
-        record.outcome,
+        agent_label(caller.workspace, caller.agent),
+        tool,
+        outcome,
         None if upstream_ms is None else upstream_ms / 1000,
     )
-    call_log.record(record)
+    call_log.record(
+        CallRecord(
+            called_at=clock.called_at,
+            workspace_id=caller.workspace_id,
+            agent_id=caller.agent_id,
+            key_id=caller.key_id,
+            request_id=request_id,
+            tool=tool,
+            tool_version=version,
+            outcome=outcome,
+            upstream_status=upstream.status,
+            attempts=upstream.attempts,
+            duration_ms=(time.perf_counter() - clock.started) * 1000,
+            upstream_ms=upstream_ms,
+            approval_id=approval_id,
+        )
+    )
