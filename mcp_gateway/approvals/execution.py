@@ -1,25 +1,9 @@
 """Performing an approval's stored request: rebuilt, checked, sent, selected, accounted.
 
-``request`` was stored with its secrets masked (``BuiltRequest.redacted()``),
-so it cannot be sent as it is. ``Performer.perform`` rebuilds it from the
-operation version's spec (immutable; the snapshot's compiled tool when it is
-that version, else loaded and compiled once), the stored validated arguments
-and the workspace's current secrets (the snapshot's when it holds the agent,
-else loaded and opened by shared.secrets), through the same
-compiled pipeline as tools/call (validate → build → ``CompiledOperation.call``,
-the one upstream step). It sends the
-request only if it equals the stored one modulo the masked values
-(``same_request``); otherwise the row fails with ``internal_error``. The
-idempotency header's value comes from the stored arguments, so every attempt
-of one approval sends the same key.
-
-The outcome: ``completed`` with the selected result, or ``failed`` with
-``{error_code, message, upstream_status, upstream_text}`` (the upstream's
-text masked by shared.engine.masking before it is cut to ``UPSTREAM_TEXT_CHARS``).
-Every outcome is accounted as a tools/call is (mcp_gateway.upkeep.accounting):
-a call log row carrying the approval id, and the per-tool metrics. A
-database failure before the upstream call raises ``Deferred``: the row is
-left for its lease to expire, and nothing is accounted.
+``Performer.perform`` rebuilds the request (stored with its secrets masked) from the
+operation version, the stored arguments and the workspace's current secrets, sends it
+only if it equals the stored one modulo the masked values, and accounts the run as a
+tools/call is (docs/architecture.md, "The path of an approval").
 """
 
 from __future__ import annotations
@@ -71,6 +55,7 @@ def exhausted_payload(language: Language = "en") -> dict[str, Any]:
 def _payload(
     code: ErrorCode, message: str, status: int | None = None, text: str | None = None
 ) -> dict[str, Any]:
+    """A ``failed`` row's ``response_payload`` (a ``completed`` one holds the selected result)."""
     return {
         "error_code": code,
         "message": message,
@@ -96,7 +81,8 @@ def _matches(stored: Any, actual: Any) -> bool:
 
 
 def same_request(stored: Mapping[str, Any], built: BuiltRequest) -> bool:
-    """The rebuilt request is the stored one, modulo the values masked in it."""
+    """The rebuilt request is the stored one, modulo the values masked in it; a row whose
+    request differs is not sent and fails with ``internal_error``."""
     redacted = built.redacted()
     if redacted == stored:
         return True
@@ -134,7 +120,8 @@ def _outcome_code(outcome: Outcome) -> str:
 
 
 class Deferred(Exception):
-    """The database failed before the upstream call: leave the row to be re-claimed."""
+    """The database failed before the upstream call: leave the row to be re-claimed once its
+    lease expires; nothing is accounted."""
 
 
 @dataclass(slots=True)
@@ -251,6 +238,8 @@ class Performer:
         return Outcome("completed", selected.value, truncated=selected.truncated)
 
     async def _compiled(self, row: Claimed) -> CompiledOperation:
+        """The row's operation version (immutable): the snapshot's compiled tool when it is
+        that version, else loaded and compiled once (kept, least recently used out)."""
         key = (row.operation_id, row.version)
         agent = self._snapshot().agents_by_id.get(row.agent_id)
         tool = agent.by_name.get(row.tool) if agent is not None else None

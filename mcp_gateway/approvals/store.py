@@ -1,29 +1,9 @@
-"""Every statement the gateway runs on ``approvals``: the gate, the approval-key
-endpoints, tasks, the waits' poll, the backlog gauges, retention and the worker's
-leases (the decisions both processes run are shared.approval_decisions).
+"""Every statement the gateway runs on ``approvals`` (decisions: shared.approval_decisions).
 
-The rules live in the database (migrations/0004_safety_flows.sql): the
-partial unique index ``approvals_one_active`` allows one active row (pending,
-approved or executing) per agent, operation, version and arguments hash, and
-the ``approvals_transition`` trigger skips any UPDATE that would move a row
-along an edge outside the transition table (docs/architecture.md,
-"Approval state machine"). So every statement here
-says what it wants (``WHERE status = 'pending'``) and reads the outcome from
-``RETURNING``: zero rows means the row was not in the state asked for.
-
-Every statement the approval-key endpoints run names the agent whose key
-is used, so one agent's key can neither read nor change (expire included)
-another agent's rows; ids and cursors are checked for shape before any query.
-
-A finished row's outcome is handed to the first repeat of its call
-(``claim_outcome``; docs/architecture.md, "Approval outcomes"): the latest row
-of the call, if finished, not yet delivered and finished less than
-``CRANK_APPROVAL_OUTCOME_RETENTION_S`` ago, gets ``delivered_at`` in one
-statement, so of two concurrent repeats on any replicas exactly one gets it.
-
-A pending row past ``expires_at`` is expired by whoever meets it first: the
-sweep (``expire_overdue``), a list or read (``expire_overdue_for_agent``), a
-decision, or a repeat tools/call of the same arguments.
+For the gate, the approval-key endpoints, tasks, the waits' poll, the backlog gauges,
+retention and the worker's leases. The database enforces the rules, so each statement
+says what it wants and reads the outcome from ``RETURNING`` (docs/architecture.md,
+"Approval state machine").
 """
 
 from __future__ import annotations

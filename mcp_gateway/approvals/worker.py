@@ -1,61 +1,9 @@
 """The approval worker: runs approved calls, once, on any replica.
 
-Every gateway process runs one ``ApprovalWorker`` (mcp_gateway.app). A row
-moves along the edges of docs/architecture.md, "Approval state machine" (statements in mcp_gateway.approvals.store)::
-
-    approved ──claim──▶ executing ──finish──▶ completed | failed
-                          │   ▲
-                          │   └─ lease expired: re-claimed, attempt + 1; or
-                          │      failed once max_attempts claims are spent
-                          └─ SIGTERM: released ──▶ approved
-
-Waking. A claim round runs when the Postgres channel ``crank_approvals``
-(``store.CHANNEL``) is notified — the approve endpoint, once a decision has
-committed, wakes this worker and sends ``NOTIFY crank_approvals`` (any
-payload), one for all the decisions made meanwhile (``approved``,
-mcp_gateway.approvals.wakeups), and a release sends it too — and every
-``poll_s`` (1 s) as the fallback that works alone (e.g.
-``CRANK_MCP_LISTEN=false`` behind PgBouncer). The gateway LISTENs on the
-process's LISTEN connection (mcp_gateway.upkeep.notifications), which calls ``wake`` for
-this channel and also after it reconnects. A round claims at most as many
-rows as there are free slots (``CRANK_APPROVAL_WORKERS`` per process).
-
-Leases. At claim the lease is ``timeout_ms * (retries + 1) + margin`` of the
-row's operation version; while the call runs it is renewed every third of
-that. A renewal that updates no row means another process re-claimed the row:
-the call is cancelled at once and nothing is written. A renewal the database
-does not answer is retried every second; once less than a third of the lease
-is left unrenewed the call is cancelled too (the row then waits for its lease
-to expire and is re-claimed).
-
-Performing. mcp_gateway.approvals.execution rebuilds the stored request (its
-secrets were masked), checks it against the stored one and sends it; the
-selected result or the error payload is recorded. An upstream error fails
-the row at once: the executor already retried where repeating is safe.
-
-Finishing is fenced on ``(id, attempt, status, lease_owner)``: a stale worker
-writes nothing. Outcomes are written in batches (mcp_gateway.approvals.finishing:
-what arrives while one statement is under way goes in the next, each row
-fenced on its own), so a fast upstream costs one commit per batch, not per
-call. A database error while finishing is retried while the lease is still
-ours; after that the row is left to be re-claimed. So the payload is
-made storable first: a NUL (U+0000) in the upstream's answer, which jsonb
-refuses, becomes U+FFFD, or every attempt would call the upstream again.
-
-Shutdown (SIGTERM). ``stop_claiming`` runs on the signal; ``stop`` lets
-running calls finish for ``grace_s`` (``CRANK_APPROVAL_SHUTDOWN_GRACE_S``),
-then cancels the rest and releases their rows (executing → approved, NOTIFY).
-A release keeps the attempt: the request may already have reached the
-upstream, so the attempt counts, and a row released on its last attempt fails
-as exhausted. SIGKILL leaves the row ``executing``; another process re-claims
-it when the lease expires.
-
-Exactly once. Claims are atomic, so in normal operation each approved call
-is sent once. A generic HTTP client cannot promise exactly one external side
-effect when a process dies between the upstream's answer and the write of the
-result: the re-claim sends the request again. Mutating operations should set
-``execution_config.idempotency`` so the upstream sees the same key twice and
-can drop the repeat.
+One ``ApprovalWorker`` per gateway process claims approved rows, runs each through
+mcp_gateway.approvals.execution while renewing its lease, finishes it fenced
+(mcp_gateway.approvals.finishing) and releases what still runs at shutdown
+(docs/architecture.md, "Leases and fencing").
 """
 
 from __future__ import annotations
@@ -154,7 +102,8 @@ class ApprovalWorker:
         self._claims.start(first_delay_s=0)
 
     def wake(self) -> None:
-        """A claim round now (a notification, or a reconnected listener)."""
+        """A claim round now (a ``crank_approvals`` notification, whatever its payload, or a
+        reconnected listener)."""
         self._claims.wake()
 
     def approved(self) -> None:

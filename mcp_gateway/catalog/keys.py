@@ -1,33 +1,8 @@
 """Which key a bearer token is: from the snapshot, else one database look-up.
 
-A key created a moment ago is not in the snapshot yet; the first request
-with it looks it up once and keeps it until the next snapshot (which then
-holds it). Look-ups of keys the snapshot does not know are bounded
-(docs/architecture.md, "Keys"):
-
-- an unknown key is remembered by its HMAC hash for ``NEGATIVE_TTL_S``;
-- concurrent look-ups of the same key share one query;
-- the rest pass the look-up limits of mcp_gateway.catalog.lookup_limits, per
-  process and per client address, before any query: past the address's, the
-  answer is None (401), past the process's ``KeyLookupUnavailable`` (503)
-  with the time until the next look-up may run.
-
-When that look-up cannot be made (the refresher finds the database
-unreachable, or the query does not answer within ``LOOKUP_TIMEOUT_S``),
-``resolve`` raises ``KeyLookupUnavailable`` and the endpoint answers 503 with
-``Retry-After``, never 401: the gateway cannot tell a key created during the
-outage from a wrong one, and a 401 tells a client to give up on its key. Keys
-in the snapshot keep working through an outage.
-
-Hot path: a token already resolved against the current snapshot is
-remembered (a SHA-256 of the token → ``Key``, bounded; never the token itself)
-so that a repeat request skips the checksum and the HMAC. The memory belongs
-to one snapshot object: a swap clears it, so a key revoked by a publish stops
-working at the same swap as before, and expiry is still checked against the
-clock on every request.
-
-``crank_key_lookups_total{result}`` counts what became of every token the
-snapshot did not know (``LOOKUP_RESULTS``).
+Look-ups of keys the snapshot does not know are bounded (unknown keys remembered,
+one query per key at a time, the limits of mcp_gateway.catalog.lookup_limits), and
+resolved tokens are remembered per snapshot (docs/architecture.md, "Keys").
 """
 
 from __future__ import annotations
@@ -94,7 +69,8 @@ class KeyResolver:
         self._fresh: dict[bytes, Key] = {}
         self._unknown: dict[bytes, float] = {}  # HMAC hash -> remembered unknown until
         self._running: dict[bytes, asyncio.Future[Key | None]] = {}  # HMAC hash -> look-up
-        # SHA-256 of the token -> key, valid for ``_resolved_for`` only (module docstring).
+        # SHA-256 of the token -> key, valid for ``_resolved_for`` only: a swap clears it
+        # (docs/architecture.md, "Keys").
         self._resolved: dict[bytes, Key] = {}
         self._resolved_for: Snapshot | None = None
 
@@ -130,7 +106,9 @@ class KeyResolver:
         return await self._look_up_unknown(candidates, address)
 
     async def _look_up_unknown(self, candidates: list[bytes], address: str) -> Key | None:
-        """A key the snapshot does not know, within the bounds of the module docstring."""
+        """A key the snapshot does not know, within the bounds of docs/architecture.md, "Keys":
+        past the address's look-up limit None (401), past the process's KeyLookupUnavailable
+        (503) with the time until the next look-up may run."""
         primary = candidates[0]
         if self._unknown.get(primary, 0.0) > time.monotonic():
             _counters["remembered"].inc()

@@ -1,27 +1,8 @@
 """Keeps the snapshot current (docs/architecture.md, "Snapshot and refresh").
 
-Every ``CRANK_MCP_REFRESH_MS`` one tiny query reads the catalog version; only a
-change costs more, and a change costs what it changed
-(mcp_gateway.catalog.builder). A publish's ``NOTIFY crank_catalog`` wakes the
-poll at once (mcp_gateway.upkeep.notifications); polling alone still works.
-
-Postgres outages. The refresher polls on a connection of its own, not one
-from the request pool, so that it notices an outage at the first failed poll
-and a recovery at the first good one, whatever the pool is doing; it reports
-both to the process's ``DatabaseHealth``. While polls fail, the last snapshot
-keeps serving, ``ready`` is false (``/readyz`` answers 503 ``degraded``) and
-polls are retried every ``_RETRY_MAX_S`` at most.
-
-Snapshot loads from a read replica (``CRANK_SNAPSHOT_DATABASE_URL``; docs/architecture.md,
-"Snapshot loads from a read replica"). Only the load, the one large read, goes
-there, on a connection of its own; the version probe, session terminations,
-LISTEN and everything else stay on the primary. A replica that lags behind
-gives a snapshot older than the version the primary reported: it is dropped
-and the next poll tries again, and after ``_REPLICA_PATIENCE`` such loads in a
-row one load reads the primary, so a replica stuck behind delays a publish by
-a few polls at most. A replica that cannot be reached does not stop the
-refresh either: that load reads the primary, and
-``crank_snapshot_loads_total{source="primary"}`` says so.
+Polls the catalog version on a connection of its own, woken early by ``crank_catalog``,
+and reports each poll to ``DatabaseHealth`` (docs/architecture.md, "Database outages");
+loads may read a replica (docs/architecture.md, "Snapshot loads from a read replica").
 """
 
 from __future__ import annotations

@@ -1,24 +1,7 @@
 """The approval gate of tools/call: a pending row instead of the upstream call.
 
-The first call of an operation with ``safety.approval: true`` stores the
-approval (agent, operation, version, canonical arguments, the resolved
-request with secrets masked) and answers the seed's ``approval_required``
-structure; a repeat of the same call (same agent, operation, version and
-RFC 8785 canonical arguments) answers the same structure for the row that is
-still active. Concurrent identical calls on any replicas meet at the
-database's unique index ``approvals_one_active``: one inserts, the others
-find its row. A pending row past its time is expired on the way.
-
-When the call's latest approval has finished and its outcome was not yet
-delivered (and finished within ``CRANK_APPROVAL_OUTCOME_RETENTION_S``), the
-repeat gets that outcome instead (``outcomes.delivered``), once: the
-claim marks it delivered in the same statement, so of concurrent repeats on
-any replicas one gets the outcome and the others go on as any call after
-the delivery does, asking for a new approval (docs/architecture.md,
-"Approval outcomes").
-
-Arguments with a NUL character anywhere (a string or a key) are refused as
-``invalid_arguments`` naming the argument: jsonb cannot store U+0000.
+``request_approval`` delivers the call's finished, undelivered outcome once, else finds
+or inserts the call's active approval (docs/architecture.md, "Approval outcomes").
 """
 
 from __future__ import annotations

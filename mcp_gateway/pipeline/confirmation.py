@@ -1,30 +1,9 @@
 """The DELETE confirmation gate: two calls, a signed single-use token between them.
 
-A DELETE (or any operation with ``safety.confirmation: true``) runs in two
-calls (docs/architecture.md, "Gate order"; tool-design.md "Опасные операции"):
-
-1. A call without ``_crank_confirmation_token`` sends nothing upstream and
-   answers ``confirmation_required``; the message carries a fresh token
-   (mcp_gateway.pipeline.confirmation_tokens: signed, no database needed).
-2. The same call with the same arguments plus the token goes on to the next
-   gate (approval, if configured) and the upstream.
-
-Using a token inserts the SHA-256 of its bytes into ``confirmation_uses``
-(``INSERT ... ON CONFLICT DO NOTHING RETURNING``): of two concurrent uses on
-any replicas exactly one gets the row and executes. The row carries the
-token's expiry and is pruned after it (mcp_gateway.upkeep.retention).
-
-A 2026-07-28 client that declares elicitation is asked through its user
-instead and never gets a token (mcp_gateway.pipeline.elicitation); it shares
-``bound_to``, ``mark_used`` and ``invalid`` with this gate.
-
-A token that is malformed, forged, issued for another agent, operation,
-version or other arguments, expired (``CRANK_CONFIRMATION_TTL_S``, 300 s by
-default) or already used answers ``confirmation_invalid``, whose suggested
-action is to call again without the token to get a new one; the reason goes
-to the log and ``details``, never to the model. A used token stays used even
-when the call then fails upstream: repeating a DELETE needs a new
-confirmation.
+``check`` answers the first call with a ``ct_`` token and, on the second, verifies it
+and marks it used in ``confirmation_uses``; ``bound_to``, ``mark_used`` and ``invalid``
+serve the 2026-07-28 elicitation too (docs/architecture.md, "DELETE confirmation";
+for authors, tool-design.md "Опасные операции").
 """
 
 from __future__ import annotations

@@ -1,27 +1,8 @@
 """DELETE confirmations: signed, single-use, checkable by every replica.
 
-Two kinds share this format and differ in prefix, HKDF label and MAC context,
-so one can never pass for the other (docs/architecture.md, "DELETE confirmation"):
-
-- ``ct_`` tokens, handed to the model in ``confirmation_required``;
-- ``rs_`` request states, the ``requestState`` of the 2026-07-28
-  ``InputRequiredResult`` that asks the human (mcp_gateway.pipeline.elicitation);
-  these also bind the agent key that asked.
-
-Issuing needs no database. A value is prefix + base64url(claims ‖ mac):
-
-    claims  msgpack [agent_id, operation_id, version, expires_at, nonce(, key_id)]
-            (expires_at in unix seconds, nonce 8 random bytes; key_id only in
-            request states, so a ``ct_`` token keeps its seed shape)
-    mac     HMAC-SHA-256(key, context ‖ claims ‖ arguments_hash)[:16]
-    key     HKDF-SHA-256(CRANK_SECRET_KEY, info = the kind's label)
-
-The arguments hash (SHA-256 of the RFC 8785 canonical arguments, without the
-token) is bound through the MAC rather than carried, which keeps a token about
-55 characters long for the model to copy. Whether a token was used before is
-the database's answer (the gate, mcp_gateway.pipeline.confirmation). Tokens are signed
-with the current ``CRANK_SECRET_KEY`` only; after a rotation, tokens issued
-before it are refused.
+``ConfirmationSigner`` issues and verifies both kinds, ``ct_`` tokens for the model and
+``rs_`` request states for the 2026-07-28 form; whether one was used before is the
+gate's database answer (docs/architecture.md, "DELETE confirmation").
 """
 
 from __future__ import annotations

@@ -1,29 +1,8 @@
 """The DELETE confirmation asked of the human through a 2026-07-28 client.
 
-A client that declares the ``elicitation`` capability (form mode) in a
-request's ``_meta`` never gets a ``ct_`` token, which the model could send
-back by itself (docs/architecture.md, "DELETE confirmation"). Instead, as the
-multi-round-trip pattern of 2026-07-28 says:
-
-1. The first tools/call answers an ``InputRequiredResult``: one
-   ``elicitation/create`` form request (``inputRequests.confirm``) whose
-   message says in plain words what will run, and a ``requestState`` that
-   binds the key, agent, operation, version and canonical arguments, signed
-   and short-lived (``CRANK_ELICITATION_TTL_S``; an ``rs_`` value of
-   mcp_gateway.pipeline.confirmation_tokens).
-2. The client shows the form to its user and calls again with the same
-   arguments, ``inputResponses.confirm`` (``{"action": ...}``) and the
-   ``requestState``. A verified state is marked used in ``confirmation_uses``
-   (the same single-use store as ``ct_`` tokens), so it counts once on every
-   replica, whatever the answer. ``accept`` lets the call go on; ``decline``
-   and ``cancel`` answer ``confirmation_declined``; an altered, replayed,
-   expired or foreign state answers ``confirmation_invalid``; a retry with no
-   answer for ``confirm`` asks again with a fresh state.
-
-The form asks for nothing but the decision (an empty ``requestedSchema``), so
-``accept`` is the confirmation. Argument values are shown as JSON (newlines
-stay ``\\n``, so a value cannot pose as the form's own text), with every
-workspace secret masked.
+``confirm`` answers a first call with the form and a signed ``rs_`` request state
+(``AskHuman``) and judges the retry's answer; ``form_message`` is the form's text,
+the 2025 era's too (docs/architecture.md, "DELETE confirmation").
 """
 
 from __future__ import annotations
@@ -115,7 +94,10 @@ def _cut(text: str, limit: int) -> str:
 
 def form_message(ctx: ToolCallContext, tool: Tool, arguments: dict[str, Any]) -> str:
     """What the form tells the human, in ``CRANK_LANGUAGE``: the operation's title
-    and description (its author's words) and the arguments (the model's), masked."""
+    and description (its author's words) and the arguments (the model's), masked.
+
+    Values are shown as JSON, so a newline stays ``\\n`` and a value cannot pose as
+    the form's own text."""
     texts = _TEXTS[ctx.language]
     spec = tool.spec
     kind = "delete" if spec.request.method == "DELETE" else "other"

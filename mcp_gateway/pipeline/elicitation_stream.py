@@ -1,23 +1,8 @@
-"""The DELETE confirmation asked of the human through a 2025 client
-(docs/architecture.md, "Asking the human in the 2025 era").
+"""The DELETE confirmation asked of the human through a 2025 client.
 
-A session whose initialize declared form elicitation (2025-06-18 or later; the
-flag is signed into the session id) and whose tools/call accepts an SSE answer
-gets, on that call's stream, an ``elicitation/create`` request with the same
-form as the 2026-07-28 one (mcp_gateway.pipeline.elicitation). The client
-answers with a separate POST, which may reach any replica: that replica writes
-the answer into ``elicitation_answers`` (``record``; its statements are in mcp_gateway.pipeline.elicitation_answers), whose trigger sends
-``NOTIFY crank_elicitation_answered``; the waiting replica wakes through the
-same registry as approval waits (mcp_gateway.approvals.waiters, with a 1 s poll
-behind it), reads and deletes the row, and goes on: ``accept`` runs the call
-through the rest of the gates; ``decline``, ``cancel``, an error response, no
-answer within ``CRANK_ELICITATION_TTL_S``, the client leaving or the replica
-shutting down answer ``confirmation_declined`` (details ``action``). No ``ct_``
-token is ever issued to such a call.
-
-The request id is random (``el_`` and 128 bits) and its row is bound to the
-session: a response with an unknown id, or from another session, changes
-nothing and still gets 202, as any response does.
+``ask`` sends the form on the call's stream and waits for the answer, which ``record``
+keeps in ``elicitation_answers`` on whichever replica receives it (docs/architecture.md,
+"Asking the human in the 2025 era").
 """
 
 from __future__ import annotations

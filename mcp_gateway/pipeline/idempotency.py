@@ -1,45 +1,8 @@
 """The gateway's idempotency memory, per (agent, operation, idempotency key).
 
-An operation with ``execution_config.idempotency = {argument, header}`` sends
-the argument's value upstream in that header (shared.engine.request_builder), which
-also makes a POST or PATCH retry-safe for the executor (shared.engine.outbound: a
-POST without the header is sent once and never repeated). On top of that the
-gateway remembers each key in ``idempotency_records``, never batched:
-
-    claim ─▶ in_progress ─┬─ success, or a non-recoverable upstream answer ─▶ completed
-                          ├─ a 408/429/5xx answer, or never sent (guard, connect) ─▶ deleted
-                          └─ timeout, dropped connection, Crank failure ─▶ unknown
-    (a crashed or cancelled call stays in_progress; either way its lock runs out)
-
-A call first claims the key in one statement (``INSERT ... ON CONFLICT DO
-UPDATE ... WHERE`` the row has expired, or its lock has run out and the
-arguments are the same). A call that did not claim reads the row in a second
-statement (docs/architecture.md, "SQL patterns": one statement could miss a concurrent insert) and
-answers:
-
-- same key, other arguments (canonical JSON, RFC 8785): ``idempotency_conflict``
-  for as long as the record lives, locked or not;
-- completed: the stored result again, with ``_meta: {"crank/replayed": true}``
-  and no upstream call (a stored error is answered again, marked the same way);
-- in_progress or unknown, still locked: ``idempotency_in_progress`` with
-  ``retry_after_s`` (at most 5 s while the first call runs; the rest of the
-  lock when its outcome is unknown).
-
-The lock of a claim lasts ``timeout_ms * (retries + 1)`` plus ``LOCK_MARGIN_S``,
-longer than the executor can take. When the outcome is unknown (a timeout or
-a dropped connection after the request may have reached the upstream) the row
-becomes ``unknown`` and stays locked for at least ``LOCK_MARGIN_S`` more, so a
-request the upstream is still working on is not sent twice at once; after
-that a retry with the same arguments claims the key and goes upstream again,
-with the same key in the header. Finishing is fenced on the claim's random
-``claim`` value, so a call whose lock ran out cannot overwrite a newer claim.
-
-What is stored is what the model got from the upstream's answer: the success
-result (before the 2025 array wrapping, so a replay fits either protocol era)
-and non-recoverable upstream errors (4xx, unreadable or oversized answers).
-Records live ``CRANK_IDEMPOTENCY_RETENTION_S`` (a day by default) after they
-were claimed or completed; expired rows are forgotten at once and pruned by
-mcp_gateway.upkeep.retention.
+``run`` claims the key in ``idempotency_records``, answers a repeat from the record
+(replay, conflict or in progress) and settles the record by how the upstream call
+ended (docs/architecture.md, "Idempotency memory").
 """
 
 from __future__ import annotations

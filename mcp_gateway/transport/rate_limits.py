@@ -1,28 +1,9 @@
 """Per-key rate limits, answered from memory (no database on the hot path).
 
-Each API key has two token buckets in every gateway process:
-
-- ``tools_call``: the agent's ``rate_limit`` ({requests, per_seconds}), else
-  ``CRANK_RATE_LIMIT``. A key may make up to ``requests`` calls at once, then
-  ``requests / per_seconds`` per second.
-- ``other``: every other MCP request of the key (initialize, ping, tools/list,
-  discovery, notifications, GET, DELETE), ten times the tools/call limit, so
-  a client that loops on tools/list is stopped too.
-
-Across replicas each process enforces its share (mcp_gateway.upkeep.replicas): the
-refill rate divided by the live processes N, and the bucket split by rank so
-that the shares add up to exactly ``requests`` (each share at least one
-call). With traffic spread evenly the cluster admits the limit within one
-call per replica; traffic that sticks to one replica gets only that
-replica's share (stricter, never looser). docs/mcp-interface.md states the
-tolerance; tests/gateway/transport/test_rate_limits.py checks it.
-
-A refusal tells the truth (docs/architecture.md, "Rate limits across
-replicas"): ``Retry-After`` is the time until every bucket the request needs
-holds its cost, and a request that needs more than a bucket ever holds (a
-JSON-RPC batch larger than this replica's share) raises ``OverCapacity``
-instead of a wait that would never end. A request takes from all its buckets
-or from none.
+``RateLimiter`` keeps two token buckets per key (tools/call, everything else), sized to
+this replica's share; ``admit`` takes from all of a request's buckets or from none, and
+``OverCapacity`` is a request no wait could admit (docs/architecture.md, "Rate limits
+across replicas").
 """
 
 from __future__ import annotations

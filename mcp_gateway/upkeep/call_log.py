@@ -1,24 +1,7 @@
-"""The call log: one row per tools/call and per approved call the approval
-worker runs (mcp_gateway.upkeep.accounting), written in batches off the hot path.
+"""The call log: one row per tools/call and approved call, written in batches off the hot path.
 
-``CallLogWriter.record`` appends a row to an in-memory buffer (O(1), no I/O);
-a background loop (shared.periodic) writes the buffer every
-``CRANK_CALL_LOG_FLUSH_MS`` with one binary ``COPY`` (measured on 1,000-row
-batches: about 6 µs a row against 20 µs for ``executemany``). A crash loses
-at most the rows since the last flush (docs/architecture.md, "Retention").
-
-While the database is away the rows stay buffered and the loop tries again,
-less often after each failure (up to eight intervals apart). The buffer is
-bounded: when it is full the oldest rows are dropped, counted in
-``crank_call_log_dropped_total`` and logged as a warning; a tool
-call never waits for, or fails because of, the log. A batch the server refuses
-as data (``psycopg.DataError``, a bug) is dropped and counted rather than
-retried forever. ``stop`` writes what is left.
-
-Delivery is at least once in one corner: a COPY cut off by the flush timeout
-after the server already committed it is written again on the next attempt.
-A timeout almost always means the server is unreachable, and a duplicate row
-is the better failure for a log than a lost batch.
+``CallLogWriter.record`` buffers a row (no I/O); a background loop writes the buffer
+with one binary ``COPY`` per flush (docs/architecture.md, "The call log").
 """
 
 from __future__ import annotations

@@ -1,29 +1,9 @@
 """The webhook delivery worker: sends the outbox's rows, at least once, on any replica.
 
-Every gateway process runs one ``WebhookDeliverer`` (mcp_gateway.app), a
-background loop in shared.periodic like the approval worker
-(docs/architecture.md, "Webhooks"). A round claims due rows
-(mcp_gateway.webhooks.outbox), as many as there are free slots, and sends each:
-
-1. The body is rendered at the first attempt (mcp_gateway.webhooks.payloads,
-   masked with the workspace's current secrets) and stored, so every attempt
-   of one ``webhook-id`` sends the same bytes.
-2. It is signed per attempt (shared.webhook_signing: ``webhook-id``,
-   ``webhook-timestamp``, ``webhook-signature``) and POSTed through the
-   process's ``UpstreamExecutor``: the SSRF guard and the workspace's egress
-   policy judge every address it connects to, as for a tool's upstream call.
-3. A 2xx answer is ``delivered``. Anything else (another status, a timeout, a
-   refused connection) is tried again after an exponential backoff with
-   jitter (``CRANK_WEBHOOK_RETRY_BASE_MS``, doubling, capped at an hour), until
-   ``CRANK_WEBHOOK_MAX_AGE_S`` (24 h) after the event: then ``failed``. A
-   destination the guard or the egress policy refuses fails at once: no
-   packet was sent, and trying again would only repeat the refusal.
-
-Waking: the enqueue trigger sends ``NOTIFY crank_webhooks``; the refresher's
-LISTEN connection calls ``wake``, and polling every second is the fallback.
-A process killed mid-delivery leaves its row leased; once the lease runs out
-another replica claims it and sends it again with the same ``webhook-id``,
-which is how a receiver drops the repeat.
+One ``WebhookDeliverer`` per gateway process claims due rows (mcp_gateway.webhooks.outbox),
+renders and keeps each body at its first attempt (mcp_gateway.webhooks.payloads), signs
+and POSTs it through the process's executor, and records the outcome or the next try
+(docs/architecture.md, "Webhooks").
 """
 
 from __future__ import annotations
