@@ -21,6 +21,7 @@ from collections.abc import Callable
 import psycopg
 import structlog
 
+from shared.backoff import doubled
 from shared.db import DB_TIMEOUT_S, connect, within
 from shared.metrics import BACKGROUND_FAILURES
 
@@ -93,4 +94,4 @@ class Notifications:
                 for callback in self._on_loss:
                     callback(None)  # let the polls find out whether the database is gone
             await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, BACKOFF_MAX_S)
+            backoff = doubled(backoff, BACKOFF_MAX_S)
