@@ -180,7 +180,7 @@ class Performer:
             return outcome
 
     async def _perform(self, row: Claimed, request_id: str) -> Outcome:
-        clock = CallClock()
+        clock = CallClock.now()
         upstream = clock.upstream
         try:
             compiled = await self._compiled(row)

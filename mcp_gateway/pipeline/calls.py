@@ -118,7 +118,7 @@ class Pipeline:
         """The outcome of one tools/call, accounted (call log row and metrics)."""
         ctx = ToolCallContext(request.agent, request.key_id, request.request_id, self._parts)
         tool = request.tool
-        clock = CallClock()
+        clock = CallClock.now()
         upstream = clock.upstream
         outcome: CallOutcome
         try:

@@ -43,12 +43,9 @@ class Terminations:
     ) -> None:
         self._pool = pool
         self._health = health
-        self._ended: dict[bytes, float] = {}
+        self.ended: dict[bytes, float] = {}  # read on every session request: a plain dict
         self._last_id = 0
         self._poller = PeriodicTask("session_terminations", self.refresh, interval_s=refresh_s)
-
-    def __contains__(self, digest: bytes) -> bool:
-        return digest in self._ended
 
     def wake(self, _payload: str | None = None) -> None:
         """A notification (or a reconnected listener): read new ends now."""
@@ -70,11 +67,11 @@ class Terminations:
             cur = await conn.execute(_NEW, (self._last_id,))
             rows = await cur.fetchall()
         for row in rows:
-            self._ended[bytes(row["session_hash"])] = float(row["expires"])
+            self.ended[bytes(row["session_hash"])] = float(row["expires"])
             self._last_id = max(self._last_id, int(row["id"]))
         now = time.time()
-        for digest in [d for d, expires in self._ended.items() if expires <= now]:
-            del self._ended[digest]
+        for digest in [d for d, expires in self.ended.items() if expires <= now]:
+            del self.ended[digest]
 
     async def end(self, digest: bytes, expires_at: float) -> None:
         """End a session on every replica; raises NotRecorded when that cannot be done now."""
@@ -91,4 +88,4 @@ class Terminations:
         except (psycopg.Error, TimeoutError, PoolTimeout):
             log.warning("session_delete_failed", exc_info=True)
             raise NotRecorded from None
-        self._ended[digest] = expires_at  # refused here at once, before the poll
+        self.ended[digest] = expires_at  # refused here at once, before the poll

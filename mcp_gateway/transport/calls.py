@@ -53,10 +53,11 @@ def _read_answer(params: dict[str, Any]) -> Answer | None:
 
 
 def _human(exchange: Exchange, message: Message, tool: Tool, *, legacy: bool) -> HumanChannel:
-    """How this call's confirmation reaches the human, when the agent allows it
+    """How the confirmation of this call (of a tool that needs one) reaches the human,
+    when the agent allows it
     (``confirmation_mode: auto``) and the client declared form elicitation; None:
     the ``ct_`` token flow."""
-    if not tool.compiled.confirmation_required or exchange.agent.confirmation_mode != "auto":
+    if exchange.agent.confirmation_mode != "auto":
         return None
     if legacy:  # (docs/architecture.md, "Asking the human in the 2025 era")
         session = exchange.elicitation_session
@@ -80,7 +81,11 @@ async def tools_call(exchange: Exchange, message: Message, legacy: bool) -> dict
         if trace is not None:
             trace.rpc_error(INVALID_PARAMS, "unknown tool")
         raise MethodError(INVALID_PARAMS, f"Unknown tool: {name}")
-    human = _human(exchange, message, tool, legacy=legacy)
+    human = (
+        _human(exchange, message, tool, legacy=legacy)
+        if tool.compiled.confirmation_required
+        else None
+    )
     # A client that follows a task polls it instead of waiting on the open call
     # (docs/architecture.md, "Tasks").
     as_task = not legacy and declares_tasks(message.meta)

@@ -8,8 +8,9 @@ header differs gets 400. Batches exist only in 2025-03-26.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
+import msgspec
 import structlog
 
 from mcp_gateway.sessions.signer import MalformedSessionId, SessionClaims, session_hash
@@ -42,7 +43,9 @@ ELICITATION_VERSIONS = ("2025-06-18", "2025-11-25")  # elicitation/create exists
 _LIST_CHANGED = encode({"jsonrpc": "2.0", "method": LIST_CHANGED})
 
 
-class Session(NamedTuple):
+class Session(msgspec.Struct, frozen=True, array_like=True):
+    """A request's verified session (a Struct: built on every session request)."""
+
     claims: SessionClaims
     digest: bytes  # what the termination list holds: the id's hash, never the id
 
@@ -75,7 +78,7 @@ def _session(exchange: Exchange, version_header: str | None) -> Session:
         claims is None
         or claims.key_id != exchange.key.id
         or claims.agent_id != exchange.agent.id
-        or digest in exchange.state.ended_sessions
+        or digest in exchange.state.ended_sessions.ended
     ):
         raise ProtocolError(
             404,
@@ -204,7 +207,7 @@ async def _listen(exchange: Exchange, version_header: str | None) -> None:
     require_event_stream(exchange.headers, "GET")
     digest = _session(exchange, version_header).digest
     exchange.admit("other")
-    ended = exchange.state.ended_sessions
+    ended = exchange.state.ended_sessions.ended
     await exchange.stream(
         "GET",
         None,
@@ -216,7 +219,8 @@ async def _listen(exchange: Exchange, version_header: str | None) -> None:
 async def _delete(exchange: Exchange, version_header: str | None) -> None:
     """End the session on every replica (mcp_gateway.sessions.terminations)."""
     exchange.rpc_method = "DELETE"
-    claims, digest = _session(exchange, version_header)
+    session = _session(exchange, version_header)
+    claims, digest = session.claims, session.digest
     exchange.admit("other")
     try:
         await exchange.state.ended_sessions.end(digest, exchange.state.sessions.expires_at(claims))

@@ -11,7 +11,9 @@ Every result is ``structuredContent`` plus its text copy; markers go in
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
+
+import msgspec
 
 from mcp_gateway.approvals.tasks import POLL_INTERVAL_MS, TaskView
 from mcp_gateway.pipeline.outcomes import (
@@ -50,8 +52,9 @@ _CALL_AGAIN: dict[Language, str] = {
 }
 
 
-class Rendering(NamedTuple):
-    """What a rendering needs besides the outcome: the era and the call's context."""
+class Rendering(msgspec.Struct, frozen=True):
+    """What a rendering needs besides the outcome: the era and the call's context
+    (a Struct: built per call, and cheaper to build than a NamedTuple)."""
 
     legacy: bool  # a 2025 revision: array results wrapped, no resultType
     language: Language
@@ -131,7 +134,12 @@ def _rendered(outcome: CallOutcome, how: Rendering) -> dict[str, Any]:
 
 def render(outcome: CallOutcome, how: Rendering) -> dict[str, Any]:
     """The tools/call result of ``outcome`` for the era of ``how``."""
-    value = _rendered(outcome, how)
+    if type(outcome) is Completed and not (outcome.truncated or outcome.replayed):
+        # The plain success, most calls: no markers to add.
+        structured = structured_content(outcome.value, wrap_arrays=how.legacy)
+        value = tool_result(structured, is_error=False, meta=None)
+    else:
+        value = _rendered(outcome, how)
     if not how.legacy:
         value.setdefault("resultType", "complete")
     return value

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import NamedTuple
+
+import msgspec
 
 from mcp_gateway.upkeep.call_log import CallLogWriter, CallRecord
 from mcp_gateway.upkeep.metrics import agent_label, observe_tool_call
 from shared.engine.upstream import UpstreamCall
 
 
-class Caller(NamedTuple):
+class Caller(msgspec.Struct, frozen=True):
     """On whose behalf a call runs: the agent (ids, and slugs for the metric label)
     and the key that asked (None where an approval row no longer names it)."""
 
@@ -28,15 +29,17 @@ class Caller(NamedTuple):
     key_id: int | None
 
 
-class CallClock:
-    """Started with the call: when it began, and what its upstream step measures."""
+class CallClock(msgspec.Struct, frozen=True):
+    """Started with the call: when it began, and what its upstream step measures
+    (a Struct: built on every call; ``CallClock.now()`` makes one)."""
 
-    __slots__ = ("called_at", "started", "upstream")
+    called_at: datetime
+    started: float  # time.perf_counter()
+    upstream: UpstreamCall
 
-    def __init__(self) -> None:
-        self.called_at = datetime.now(UTC)
-        self.started = time.perf_counter()
-        self.upstream = UpstreamCall()
+    @classmethod
+    def now(cls) -> CallClock:
+        return cls(datetime.now(UTC), time.perf_counter(), UpstreamCall())
 
 
 def account_call(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, cast
 
 from psycopg_pool import AsyncConnectionPool
@@ -80,7 +81,7 @@ def build_transport(
         health=health,
         keys=KeyResolver(hasher, pool, database_reachable=lambda: keys_reachable),
         sessions=SessionSigner(TEST_SECRET_KEY, settings.mcp_session_ttl_s),
-        ended_sessions=cast(Any, set()),
+        ended_sessions=cast(Any, SimpleNamespace(ended={})),
         streams=unused,
         pipeline=unused,
         approvals=unused,
