@@ -51,17 +51,19 @@ async def request_approval(
         arguments=arguments,
         arguments_hash=arguments_hash(arguments),
         request=built.redacted(),
-        ttl_s=ctx.parts.approval_ttl_s,
-        max_attempts=ctx.parts.approval_max_attempts,
+        ttl_s=ctx.parts.settings.approval_ttl_s,
+        max_attempts=ctx.parts.settings.approval_max_attempts,
     )
     async with ctx.pool.connection() as conn:
         for _ in range(_ROUNDS):
-            finished = await store.claim_outcome(conn, new, ctx.parts.approval_outcome_retention_s)
+            finished = await store.claim_outcome(
+                conn, new, ctx.parts.settings.approval_outcome_retention_s
+            )
             if finished is not None:
                 log.info("approval_outcome_delivered", approval_id=finished.id, tool=tool.name)
                 return delivered(finished, ctx.language)
             approval_id = await store.insert_unless_active(
-                conn, new, ctx.parts.approval_outcome_retention_s
+                conn, new, ctx.parts.settings.approval_outcome_retention_s
             )
             if approval_id is None:
                 found = await store.find_active(conn, new)

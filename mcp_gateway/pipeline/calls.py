@@ -100,15 +100,11 @@ class Pipeline:
     ) -> None:
         self._settings = settings
         self._parts = Parts(
-            language=settings.language,
+            settings=settings,
             pool=pool,
             executor=executor,
             confirmations=confirmations,
             request_states=request_states,
-            approval_ttl_s=settings.approval_ttl_s,
-            approval_max_attempts=settings.approval_max_attempts,
-            approval_outcome_retention_s=settings.approval_outcome_retention_s,
-            idempotency_retention_s=settings.idempotency_retention_s,
         )
         self._approval_waiters = approval_waiters
         self._answer_waiters = answer_waiters
@@ -210,7 +206,7 @@ class Pipeline:
                 ctx.pool,
                 ctx.agent.id,
                 answer.approval_id,
-                ctx.parts.approval_outcome_retention_s,
+                ctx.parts.settings.approval_outcome_retention_s,
                 ctx.language,
             )
             return TaskCreated(task)

@@ -16,20 +16,17 @@ from mcp_gateway.pipeline.confirmation_tokens import ConfirmationSigner
 from shared.db import Connection
 from shared.engine.errors import Language
 from shared.engine.outbound import UpstreamExecutor
+from shared.settings import Settings
 
 
 class Parts(msgspec.Struct, frozen=True, kw_only=True):
     """What every call's gates share: built once per process (mcp_gateway.pipeline.calls)."""
 
-    language: Language
+    settings: Settings  # the gates read the approval and idempotency periods, the language
     pool: AsyncConnectionPool[Connection]
     executor: UpstreamExecutor
     confirmations: ConfirmationSigner  # ct_ tokens
     request_states: ConfirmationSigner  # the requestState of a confirmation asked of the human
-    approval_ttl_s: int  # CRANK_APPROVAL_TTL_S
-    approval_max_attempts: int  # CRANK_APPROVAL_MAX_ATTEMPTS
-    approval_outcome_retention_s: int  # CRANK_APPROVAL_OUTCOME_RETENTION_S
-    idempotency_retention_s: int  # CRANK_IDEMPOTENCY_RETENTION_S
 
 
 # A frozen msgspec Struct, not a dataclass: built on every tools/call, and a frozen
@@ -44,7 +41,7 @@ class ToolCallContext(msgspec.Struct, frozen=True):
 
     @property
     def language(self) -> Language:
-        return self.parts.language
+        return self.parts.settings.language
 
     @property
     def pool(self) -> AsyncConnectionPool[Connection]:

@@ -7,7 +7,7 @@ the 2025 era's too (docs/architecture.md, "DELETE confirmation").
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import msgspec
 import structlog
@@ -27,6 +27,7 @@ _DESCRIPTION_CHARS = 300
 _MAX_ARGUMENTS_SHOWN = 20
 
 Action = Literal["accept", "decline", "cancel"]
+ACTIONS: frozenset[str] = frozenset(get_args(Action))  # the form's answers
 
 
 class Answer(msgspec.Struct, frozen=True):

@@ -21,14 +21,13 @@ from mcp_gateway.catalog.snapshot import Tool
 from mcp_gateway.pipeline import elicitation_answers
 from mcp_gateway.pipeline.channel import ClientChannel
 from mcp_gateway.pipeline.context import ToolCallContext
-from mcp_gateway.pipeline.elicitation import form_message
+from mcp_gateway.pipeline.elicitation import ACTIONS, form_message
 from shared.db import DB_TIMEOUT_S, Connection, within
 from shared.engine.errors import ToolError
 
 log = structlog.get_logger(__name__)
 
 ID_PREFIX = "el_"
-_ACTIONS = frozenset(("accept", "decline", "cancel"))
 
 
 async def ask(
@@ -78,7 +77,7 @@ def _action_of(answer: Any) -> str:
     """The form's action from the client's JSON-RPC response; an error response is a decline."""
     result = answer.get("result") if isinstance(answer, dict) else None
     action = result.get("action") if isinstance(result, dict) else None
-    return action if action in _ACTIONS else "decline"
+    return action if action in ACTIONS else "decline"
 
 
 async def record(

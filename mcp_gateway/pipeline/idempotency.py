@@ -20,6 +20,7 @@ from psycopg.types.json import Jsonb
 from mcp_gateway.catalog.snapshot import Tool
 from mcp_gateway.pipeline.context import ToolCallContext
 from mcp_gateway.pipeline.outcomes import Completed, Failed
+from mcp_gateway.vocabulary.results import TRUNCATED_META
 from shared.db import without_nul
 from shared.engine.canonical import arguments_hash
 from shared.engine.errors import ToolError
@@ -30,7 +31,6 @@ log = structlog.get_logger(__name__)
 LOCK_MARGIN_S = 30.0  # beyond the longest the executor can take; also the unknown-outcome lock
 IN_FLIGHT_RETRY_S = 5  # retry_after_s cap while the first call is still running
 _CLAIM_TRIES = 3  # the row can vanish or unlock between the two statements
-TRUNCATED_META = "crank/truncated"  # in a stored record's meta: the result was cut to fit
 
 
 _CLAIM = """
@@ -111,7 +111,7 @@ class _Record:
             "arguments_hash": digest,
             "claim": os.urandom(16),
             "lock_s": lock_seconds(tool),
-            "retention_s": ctx.parts.idempotency_retention_s,
+            "retention_s": ctx.parts.settings.idempotency_retention_s,
             "margin_s": LOCK_MARGIN_S,
         }
 

@@ -71,8 +71,6 @@ CallOutcome = Completed | Failed | AskHuman | PendingApproval | Delivered | Task
 def code(outcome: CallOutcome) -> tuple[str, str | None]:
     """(call log outcome, approval id): "ok", an error code, ``confirmation_required``,
     ``approval_required`` or ``approval_<status>`` for a delivered outcome."""
-    if type(outcome) is Completed:  # most calls: before the match's class patterns
-        return "ok", None
     match outcome:
         case Completed():
             return "ok", None

@@ -12,7 +12,7 @@ from typing import Any
 
 from mcp_gateway.catalog.snapshot import Tool
 from mcp_gateway.pipeline.calls import AskInResult, AskOnStream, CallRequest, HumanChannel
-from mcp_gateway.pipeline.elicitation import Action, Answer
+from mcp_gateway.pipeline.elicitation import ACTIONS, Action, Answer
 from mcp_gateway.pipeline.outcomes import code, is_error
 from mcp_gateway.transport.errors import MethodError
 from mcp_gateway.transport.exchange import Exchange
@@ -20,8 +20,6 @@ from mcp_gateway.transport.results import REQUEST_KEY, render
 from mcp_gateway.transport.tasks import declares_tasks
 from mcp_gateway.vocabulary.jsonrpc import INVALID_PARAMS, Message
 from mcp_gateway.vocabulary.versions import META_CAPABILITIES
-
-_ACTIONS: frozenset[str] = frozenset(("accept", "decline", "cancel"))
 
 
 def declares_form(capabilities: Any) -> bool:
@@ -41,7 +39,7 @@ def _read_answer(params: dict[str, Any]) -> Answer | None:
     response = (responses or {}).get(REQUEST_KEY)
     action: Action | None = None
     if response is not None:
-        if not isinstance(response, dict) or response.get("action") not in _ACTIONS:
+        if not isinstance(response, dict) or response.get("action") not in ACTIONS:
             raise MethodError(
                 INVALID_PARAMS,
                 f"params.inputResponses.{REQUEST_KEY}.action must be accept, decline or cancel",

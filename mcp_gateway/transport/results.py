@@ -26,15 +26,17 @@ from mcp_gateway.pipeline.outcomes import (
     TaskCreated,
     delivered,
 )
-from mcp_gateway.vocabulary.jsonrpc import encode
+from mcp_gateway.vocabulary.results import (
+    APPROVAL_ID_META,
+    APPROVAL_STATUS_META,
+    REPLAYED_META,
+    TRUNCATED_META,
+    tool_result,
+)
 from shared.engine.errors import Language
 from shared.engine.response_selector import structured_content
 from shared.public_urls import approvals_path
 
-TRUNCATED_META = "crank/truncated"  # the selected result was cut to fit the operation's limits
-REPLAYED_META = "crank/replayed"  # the idempotency memory's stored answer
-APPROVAL_ID_META = "crank/approval_id"  # a delivered approval outcome: which approval
-APPROVAL_STATUS_META = "crank/approval_status"
 REQUEST_KEY = "confirm"  # the one key of inputRequests / inputResponses (elicitation)
 
 # What the model reads beside the approval structure, which is the seed's to the letter.
@@ -64,18 +66,6 @@ class Rendering(msgspec.Struct, frozen=True):
     agent: str
 
 
-def tool_result(structured: Any, *, is_error: bool, meta: dict[str, Any] | None) -> dict[str, Any]:
-    """A tools/call result: ``structuredContent`` plus its text copy, markers in ``_meta``."""
-    value: dict[str, Any] = {
-        "content": [{"type": "text", "text": encode(structured).decode()}],
-        "structuredContent": structured,
-        "isError": is_error,
-    }
-    if meta:
-        value["_meta"] = meta
-    return value
-
-
 def approval_required(prefix: str, workspace: str, agent: str, approval_id: str) -> dict[str, Any]:
     """The seed's structure, URLs as server paths (``/v1/...``) behind ``prefix``."""
     url = f"{approvals_path(prefix, workspace, agent)}/{approval_id}"
@@ -102,10 +92,10 @@ def _answer(outcome: Completed | Failed, how: Rendering, meta: dict[str, Any]) -
     return tool_result(structured, is_error=False, meta=meta)
 
 
-def _rendered(outcome: CallOutcome, how: Rendering) -> dict[str, Any]:
+def _rendered(
+    outcome: AskHuman | PendingApproval | Delivered | TaskCreated, how: Rendering
+) -> dict[str, Any]:
     match outcome:
-        case Completed() | Failed():
-            return _answer(outcome, how, {})
         case Delivered(approval_id=approval_id, status=status, result=result):
             meta = {APPROVAL_ID_META: approval_id, APPROVAL_STATUS_META: status}
             return _answer(result, how, meta)
@@ -134,10 +124,8 @@ def _rendered(outcome: CallOutcome, how: Rendering) -> dict[str, Any]:
 
 def render(outcome: CallOutcome, how: Rendering) -> dict[str, Any]:
     """The tools/call result of ``outcome`` for the era of ``how``."""
-    if type(outcome) is Completed and not (outcome.truncated or outcome.replayed):
-        # The plain success, most calls: no markers to add.
-        structured = structured_content(outcome.value, wrap_arrays=how.legacy)
-        value = tool_result(structured, is_error=False, meta=None)
+    if isinstance(outcome, Completed | Failed):  # most calls: before the match's patterns
+        value = _answer(outcome, how, {})
     else:
         value = _rendered(outcome, how)
     if not how.legacy:

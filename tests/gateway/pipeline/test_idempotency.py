@@ -27,7 +27,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from mcp_gateway.pipeline.idempotency import IN_FLIGHT_RETRY_S, LOCK_MARGIN_S
-from mcp_gateway.transport.results import REPLAYED_META
+from mcp_gateway.vocabulary.results import REPLAYED_META
 from shared.db import connect
 from tests.support.api import auth, grant_egress, make_token
 from tests.support.db import database_url_for, reset_database
