@@ -80,16 +80,14 @@ def approval_required(prefix: str, workspace: str, agent: str, approval_id: str)
 
 def _answer(outcome: Completed | Failed, how: Rendering, meta: dict[str, Any]) -> dict[str, Any]:
     if isinstance(outcome, Failed):
-        if outcome.replayed:
-            meta[REPLAYED_META] = True
-        structured = outcome.error.to_structured(how.request_id)
-        return tool_result(structured, is_error=True, meta=meta)
-    if outcome.truncated:
-        meta[TRUNCATED_META] = True
+        structured, is_error = outcome.error.to_structured(how.request_id), True
+    else:
+        if outcome.truncated:
+            meta[TRUNCATED_META] = True
+        structured, is_error = structured_content(outcome.value, wrap_arrays=how.legacy), False
     if outcome.replayed:
         meta[REPLAYED_META] = True
-    structured = structured_content(outcome.value, wrap_arrays=how.legacy)
-    return tool_result(structured, is_error=False, meta=meta)
+    return tool_result(structured, is_error=is_error, meta=meta)
 
 
 def _rendered(
