@@ -93,7 +93,7 @@ def _settled(exc: ToolError) -> str:
         return _RELEASE
     if delivery == "unknown" or exc.error_code == "internal_error":
         return _UNKNOWN
-    if exc.recoverable:  # 408, 429, 5xx: the upstream asks for a retry
+    if exc.transient:  # 408, 429, 5xx: the upstream asks for a retry
         return _RELEASE
     return _COMPLETE  # a 4xx, an unreadable or oversized answer: the same again
 

@@ -6,43 +6,50 @@ Every runtime failure of a tools/call reaches the model as a tool error
 
     {error_code, message, recoverable, suggested_action, request_id[, retry_after_s]}
 
-``recoverable`` means "repeating the same call later may succeed" (docs/architecture.md,
-"Error codes"); ``retry_after_s`` accompanies recoverable errors only.
-Messages and suggested actions exist in English and Russian
-(``CRANK_LANGUAGE=en|ru``). Details for logs and approval records (the failed
-fields and rules, the upstream status, a short masked upstream excerpt) live
-in ``ToolError.details`` and never in the message.
+plus ``confirmation_token`` for ``confirmation_required``. ``recoverable``
+tells the model whether calling again can get it what it asked for, as
+``suggested_action`` says (docs/architecture.md, "Error codes"): the same call
+later ("later"), or a call the model changes itself or makes anew ("again":
+fixed arguments, the confirmation token, a new idempotency key, a narrower
+request, a new approval). Not recoverable ("no"): the user said no, or an
+administrator must change something first. Only "later" errors carry
+``retry_after_s``, and only they release an idempotency key
+(``ToolError.transient``). Messages and suggested actions exist in English and
+Russian (``CRANK_LANGUAGE=en|ru``). Details for logs and approval records (the
+failed fields and rules, the upstream status, a short masked upstream excerpt)
+live in ``ToolError.details`` and never in the message.
 
-    error_code                    recoverable  when
-    ----------------------------  -----------  ---------------------------------------
-    invalid_arguments             no           arguments fail the input schema or a
-                                               path value is "", "." or ".."
-    confirmation_required         no           DELETE first call; token in the message
-    confirmation_invalid          no           token or requestState unknown, used,
-                                               expired or bound to other arguments
-    confirmation_declined         no           the human declined or dismissed the
-                                               confirmation form (elicitation)
-    idempotency_conflict          no           same key, other arguments
-    idempotency_in_progress       yes          same key, first call still running
-    upstream_rate_limited         yes          HTTP 429 (retry_after_s from Retry-After)
-    upstream_timeout              yes          no answer within timeout_ms; HTTP 408
-    upstream_unavailable          yes          connect errors, HTTP 502, 503, 504
-    upstream_error                yes          any other HTTP 5xx
-    upstream_bad_request          no           HTTP 400, 422 and any other 4xx
-    upstream_auth_failed          no           HTTP 401, 403
-    upstream_not_found            no           HTTP 404, 410
-    upstream_conflict             no           HTTP 409
-    upstream_response_invalid     no           unreadable success answer (not JSON
-                                               where a selection needs JSON; 3xx)
-    upstream_response_too_large   no           raw body over the limit, or the
-                                               selected output over max_bytes even
-                                               with every array emptied
-    upstream_blocked              no           SSRF guard refused the address
-    secret_missing                no           a referenced workspace secret is
-                                               absent or unusable in a header
-    approval_denied               no           a human denied the approval
-    approval_expired              no           the approval was not decided in time
-    internal_error                yes          a bug or an unexpected failure in Crank
+    error_code                    recovery  when
+    ----------------------------  --------  ---------------------------------------
+    invalid_arguments             again     arguments fail the input schema or a
+                                            path value is "", "." or ".."
+    confirmation_required         again     DELETE first call; the token in the
+                                            message and in confirmation_token
+    confirmation_invalid          again     token or requestState unknown, used,
+                                            expired or bound to other arguments
+    confirmation_declined         no        the human declined or dismissed the
+                                            confirmation form (elicitation)
+    idempotency_conflict          again     same key, other arguments
+    idempotency_in_progress       later     same key, first call still running
+    upstream_rate_limited         later     HTTP 429 (retry_after_s from Retry-After)
+    upstream_timeout              later     no answer within timeout_ms; HTTP 408
+    upstream_unavailable          later     connect errors, HTTP 502, 503, 504
+    upstream_error                later     any other HTTP 5xx
+    upstream_bad_request          again     HTTP 400, 422 and any other 4xx
+    upstream_auth_failed          no        HTTP 401, 403
+    upstream_not_found            again     HTTP 404, 410
+    upstream_conflict             again     HTTP 409
+    upstream_response_invalid     no        unreadable success answer (not JSON
+                                            where a selection needs JSON; 3xx)
+    upstream_response_too_large   again     raw body over the limit, or the
+                                            selected output over max_bytes even
+                                            with every array emptied
+    upstream_blocked              no        SSRF guard refused the address
+    secret_missing                no        a referenced workspace secret is
+                                            absent or unusable in a header
+    approval_denied               no        a human denied the approval
+    approval_expired              again     the approval was not decided in time
+    internal_error                later     a bug or an unexpected failure in Crank
 
 The suggested actions are in ``_TABLE`` below, next to the messages.
 """
@@ -80,9 +87,13 @@ ErrorCode = Literal[
 ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
 
 
+# How calling again can still get the model what it asked for (see above).
+Recovery = Literal["later", "again", "no"]
+
+
 @dataclass(frozen=True, slots=True)
 class _Entry:
-    recoverable: bool
+    recovery: Recovery
     message: Mapping[Language, str]  # str.format templates
     action: Mapping[Language, str]
 
@@ -99,7 +110,7 @@ _RETURNED_STATUS: Mapping[Language, str] = {
 
 _TABLE: Mapping[ErrorCode, _Entry] = {
     "invalid_arguments": _Entry(
-        False,
+        "again",
         {"en": "Invalid arguments: {problems}", "ru": "Неверные аргументы: {problems}"},
         {
             "en": "Fix the arguments named in the message and call again.",
@@ -107,7 +118,7 @@ _TABLE: Mapping[ErrorCode, _Entry] = {
         },
     ),
     "confirmation_required": _Entry(
-        False,
+        "again",
         {
             "en": 'The operation requires confirmation. Repeat the call with _crank_confirmation_token="{token}".',
             "ru": 'Операция требует подтверждения. Повторите вызов с _crank_confirmation_token="{token}".',
@@ -118,7 +129,7 @@ _TABLE: Mapping[ErrorCode, _Entry] = {
         },
     ),
     "confirmation_invalid": _Entry(
-        False,
+        "again",
         {
             "en": "The confirmation token is invalid, expired, already used or bound to other arguments.",
             "ru": "Токен подтверждения недействителен, истёк, уже использован или выдан для других аргументов.",
@@ -129,7 +140,7 @@ _TABLE: Mapping[ErrorCode, _Entry] = {
         },
     ),
     "confirmation_declined": _Entry(
-        False,
+        "no",
         {
             "en": "The user did not confirm the operation; nothing was changed.",
             "ru": "Пользователь не подтвердил операцию; ничего не изменено.",
@@ -140,18 +151,18 @@ _TABLE: Mapping[ErrorCode, _Entry] = {
         },
     ),
     "idempotency_conflict": _Entry(
-        False,
+        "again",
         {
             "en": "This idempotency key was already used with other arguments.",
             "ru": "Этот ключ идемпотентности уже использован с другими аргументами.",
         },
         {
-            "en": "Use a new idempotency key for a different request.",
-            "ru": "Используйте новый ключ идемпотентности для другого запроса.",
+            "en": "If this is a different request, call again with a new idempotency key.",
+            "ru": "Если это другой запрос, повторите вызов с новым ключом идемпотентности.",
         },
     ),
     "idempotency_in_progress": _Entry(
-        True,
+        "later",
         {
             "en": "A call with this idempotency key is still in progress.",
             "ru": "Вызов с этим ключом идемпотентности ещё выполняется.",
@@ -162,12 +173,12 @@ _TABLE: Mapping[ErrorCode, _Entry] = {
         },
     ),
     "upstream_rate_limited": _Entry(
-        True,
+        "later",
         _RETURNED_STATUS,
         _RETRY_LATER,
     ),
     "upstream_timeout": _Entry(
-        True,
+        "later",
         {
             "en": "The external API did not answer in time.",
             "ru": "Внешний API не ответил вовремя.",
@@ -175,28 +186,28 @@ _TABLE: Mapping[ErrorCode, _Entry] = {
         _RETRY_LATER,
     ),
     "upstream_unavailable": _Entry(
-        True,
+        "later",
         {"en": "The external API is unavailable.", "ru": "Внешний API недоступен."},
         _RETRY_LATER,
     ),
     "upstream_error": _Entry(
-        True,
+        "later",
         _RETURNED_STATUS,
         _RETRY_LATER,
     ),
     "upstream_bad_request": _Entry(
-        False,
+        "again",
         {
             "en": "The external API rejected the request with HTTP {status}.",
             "ru": "Внешний API отклонил запрос с HTTP {status}.",
         },
         {
-            "en": "Check the argument values; the same call will fail again.",
-            "ru": "Проверьте значения аргументов; тот же вызов снова завершится ошибкой.",
+            "en": "Correct the argument values and call again; the same call will fail again.",
+            "ru": "Исправьте значения аргументов и повторите вызов; тот же вызов снова завершится ошибкой.",
         },
     ),
     "upstream_auth_failed": _Entry(
-        False,
+        "no",
         {
             "en": "The external API refused Crank's credentials with HTTP {status}.",
             "ru": "Внешний API отклонил учётные данные Crank с HTTP {status}.",
@@ -207,18 +218,18 @@ _TABLE: Mapping[ErrorCode, _Entry] = {
         },
     ),
     "upstream_not_found": _Entry(
-        False,
+        "again",
         {
             "en": "The external API found nothing (HTTP {status}).",
             "ru": "Внешний API ничего не нашёл (HTTP {status}).",
         },
         {
-            "en": "Check the identifiers in the arguments.",
-            "ru": "Проверьте идентификаторы в аргументах.",
+            "en": "Check the identifiers in the arguments; call again only with corrected ones.",
+            "ru": "Проверьте идентификаторы в аргументах; повторяйте вызов только с исправленными.",
         },
     ),
     "upstream_conflict": _Entry(
-        False,
+        "again",
         {
             "en": "The external API reported a conflict (HTTP {status}).",
             "ru": "Внешний API сообщил о конфликте (HTTP {status}).",
@@ -229,7 +240,7 @@ _TABLE: Mapping[ErrorCode, _Entry] = {
         },
     ),
     "upstream_response_invalid": _Entry(
-        False,
+        "no",
         {
             "en": "The external API answered with a response Crank cannot read.",
             "ru": "Внешний API вернул ответ, который Crank не может прочитать.",
@@ -240,18 +251,18 @@ _TABLE: Mapping[ErrorCode, _Entry] = {
         },
     ),
     "upstream_response_too_large": _Entry(
-        False,
+        "again",
         {
             "en": "The response of the external API is too large.",
             "ru": "Ответ внешнего API слишком большой.",
         },
         {
-            "en": "Narrow the request (filters, a smaller page).",
-            "ru": "Сузьте запрос (фильтры, страница поменьше).",
+            "en": "Call again with a narrower request (filters, a smaller page).",
+            "ru": "Повторите вызов с более узким запросом (фильтры, страница поменьше).",
         },
     ),
     "upstream_blocked": _Entry(
-        False,
+        "no",
         {
             "en": "The address of the external API is not allowed.",
             "ru": "Адрес внешнего API запрещён.",
@@ -262,7 +273,7 @@ _TABLE: Mapping[ErrorCode, _Entry] = {
         },
     ),
     "secret_missing": _Entry(
-        False,
+        "no",
         {
             "en": "A credential this tool needs is not configured.",
             "ru": "Не настроены учётные данные, нужные этому инструменту.",
@@ -273,7 +284,7 @@ _TABLE: Mapping[ErrorCode, _Entry] = {
         },
     ),
     "approval_denied": _Entry(
-        False,
+        "no",
         {"en": "A human denied this call.", "ru": "Человек отклонил этот вызов."},
         {
             "en": "Do not repeat the call; ask the user how to proceed.",
@@ -281,7 +292,7 @@ _TABLE: Mapping[ErrorCode, _Entry] = {
         },
     ),
     "approval_expired": _Entry(
-        False,
+        "again",
         {
             "en": "Nobody approved this call in time.",
             "ru": "Никто не подтвердил этот вызов вовремя.",
@@ -292,7 +303,7 @@ _TABLE: Mapping[ErrorCode, _Entry] = {
         },
     ),
     "internal_error": _Entry(
-        True,
+        "later",
         {"en": "Crank failed to complete the call.", "ru": "Crank не смог выполнить вызов."},
         _RETRY_LATER,
     ),
@@ -300,7 +311,12 @@ _TABLE: Mapping[ErrorCode, _Entry] = {
 
 
 def is_recoverable(code: ErrorCode) -> bool:
-    return _TABLE[code].recoverable
+    return _TABLE[code].recovery != "no"
+
+
+def is_transient(code: ErrorCode) -> bool:
+    """The same call, unchanged, may succeed later."""
+    return _TABLE[code].recovery == "later"
 
 
 def suggested_action(code: ErrorCode, language: Language = "en") -> str:
@@ -324,17 +340,21 @@ class ToolError(Exception):
         suggested_action: str,
         retry_after_s: int | None = None,
         details: Mapping[str, Any] | None = None,
+        extra_fields: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         if error_code not in _TABLE:
             raise ValueError(f"unknown error code {error_code!r}")
         self.error_code: ErrorCode = error_code
         self.message = message
-        self.recoverable = _TABLE[error_code].recoverable
+        self.recoverable = is_recoverable(error_code)
+        self.transient = is_transient(error_code)
         self.suggested_action = suggested_action
-        # Only a recoverable error says when to retry.
-        self.retry_after_s = retry_after_s if self.recoverable else None
+        # Only an error whose same call may succeed later says when to retry.
+        self.retry_after_s = retry_after_s if self.transient else None
         self.details: dict[str, Any] = dict(details or {})
+        # Fields for the model beyond the standard ones (confirmation_required's token).
+        self.extra_fields: dict[str, str] = dict(extra_fields or {})
 
     @classmethod
     def of(
@@ -344,6 +364,7 @@ class ToolError(Exception):
         language: Language = "en",
         retry_after_s: int | None = None,
         details: Mapping[str, Any] | None = None,
+        extra_fields: Mapping[str, str] | None = None,
         **params: Any,
     ) -> Self:
         entry = _TABLE[error_code]
@@ -353,6 +374,7 @@ class ToolError(Exception):
             suggested_action=entry.action[language],
             retry_after_s=retry_after_s,
             details=details,
+            extra_fields=extra_fields,
         )
 
     def to_structured(self, request_id: str = "") -> dict[str, Any]:
@@ -366,6 +388,7 @@ class ToolError(Exception):
         }
         if self.retry_after_s is not None:
             value["retry_after_s"] = self.retry_after_s
+        value.update(self.extra_fields)
         return value
 
     def __repr__(self) -> str:
@@ -386,12 +409,13 @@ def invalid_arguments(
 
 
 def confirmation_required(token: str, *, language: Language = "en") -> ToolError:
-    """Not a failure: a call that needs confirmation gets the ``ct_`` token to send back."""
+    """Not a failure: a call that needs confirmation gets the ``ct_`` token to send back,
+    in the message (the seed's) and as ``confirmation_token`` (for a program to read)."""
     return ToolError.of(
         "confirmation_required",
         language=language,
         token=token,
-        details={"confirmation_token": token},
+        extra_fields={"confirmation_token": token},
     )
 
 

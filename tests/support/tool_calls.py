@@ -17,8 +17,20 @@ from tests.support.mcp import META, modern
 LEGACY_VERSION = "2025-06-18"
 ERAS = ("legacy", "modern")
 BASE = "/api/v1/workspaces/default"
-# docs/architecture.md, "Error codes": recoverable = repeating the same call later may succeed.
-RECOVERABLE = frozenset(
+# docs/architecture.md, "Error codes": not recoverable = calling again cannot help (the user
+# said no, or an administrator must act); every other code's suggested action calls again.
+NOT_RECOVERABLE = frozenset(
+    {
+        "confirmation_declined",
+        "upstream_auth_failed",
+        "upstream_response_invalid",
+        "upstream_blocked",
+        "secret_missing",
+        "approval_denied",
+    }
+)
+# The same call, unchanged, may succeed later: only these carry retry_after_s.
+TRANSIENT = frozenset(
     {
         "idempotency_in_progress",
         "upstream_rate_limited",
@@ -143,13 +155,14 @@ def assert_tool_error(result: dict[str, Any], code: str) -> dict[str, Any]:
     assert result["isError"] is True, result
     error: dict[str, Any] = result["structuredContent"]
     assert error["error_code"] == code, error
-    assert ERROR_FIELDS <= set(error) <= ERROR_FIELDS | {"retry_after_s"}, error
-    assert error["recoverable"] is (code in RECOVERABLE)
+    token = {"confirmation_token"} if code == "confirmation_required" else set()
+    assert ERROR_FIELDS | token <= set(error) <= ERROR_FIELDS | token | {"retry_after_s"}, error
+    assert error["recoverable"] is (code not in NOT_RECOVERABLE)
     assert error["request_id"].startswith("req_")
     assert error["message"]
     assert error["suggested_action"]
     if "retry_after_s" in error:
-        assert error["recoverable"] is True
+        assert code in TRANSIENT
     return error
 
 
@@ -157,10 +170,12 @@ _TOKEN_IN_MESSAGE = re.compile(r'_crank_confirmation_token="(ct_[A-Za-z0-9_-]+)"
 
 
 def token_of(result: dict[str, Any]) -> str:
-    """The token of a ``confirmation_required`` answer, read from its message."""
+    """The token of a ``confirmation_required`` answer: its own field, the same as the
+    one in the message."""
     error = assert_tool_error(result, "confirmation_required")
     found = _TOKEN_IN_MESSAGE.search(error["message"])
     assert found, error
+    assert error["confirmation_token"] == found[1], error
     assert re.fullmatch(CONFIRMATION_TOKEN_PATTERN, found[1])
     return found[1]
 

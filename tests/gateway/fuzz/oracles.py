@@ -53,6 +53,11 @@ TOOL_ERROR_CODES = frozenset(ERROR_CODES)
 TOOL_ERROR_FIELDS = frozenset(
     {"error_code", "message", "recoverable", "suggested_action", "request_id"}
 )
+# The optional fields: retry_after_s on a "later" error; confirmation_required's token.
+_OPTIONAL_FIELDS = {
+    code: {"retry_after_s"} | ({"confirmation_token"} if code == "confirmation_required" else set())
+    for code in ERROR_CODES
+}
 # What leaks of a crash: a traceback, a frame, an exception's or an object's repr.
 _CRASH = re.compile(
     rb"Traceback \(most recent call last\)|File \"[^\"]*\.py\", line \d"
@@ -140,8 +145,9 @@ def _tool_outcome(result: Any, sent: Sent, answer: Answer) -> str:
     if not isinstance(error, dict):
         raise Violation(f"a tool error without structuredContent: {answer.body[:500]!r}")
     expect(error.get("error_code") in TOOL_ERROR_CODES, "an undocumented error_code", sent, answer)
+    allowed = TOOL_ERROR_FIELDS | _OPTIONAL_FIELDS[error["error_code"]]
     expect(
-        TOOL_ERROR_FIELDS <= set(error) <= TOOL_ERROR_FIELDS | {"retry_after_s"},
+        TOOL_ERROR_FIELDS <= set(error) <= allowed,
         "tool error fields",
         sent,
         answer,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import re
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -23,11 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import psycopg
 import pytest
 from aiohttp import web
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
+from mcp import Client as McpClient
+from mcp.client.streamable_http import streamable_http_client
 
 from mcp_gateway.pipeline.confirmation_tokens import ConfirmationSigner
 from shared.db import connect
@@ -175,6 +179,31 @@ async def test_the_first_call_asks_for_confirmation_and_the_second_executes(
     done = await caller.call(era, tool, confirmed(args, token))
     assert done["isError"] is False, done
     assert done["structuredContent"] == {"order_id": order, "deleted": True}
+    assert sum(n for hit, n in world.upstream.hits.items() if order in hit) == 1
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_the_official_sdk_reads_the_token_from_its_own_field(world: World, mode: str) -> None:
+    """The token in ``confirmation_token`` as well as in the seed's message; recoverable,
+    since the suggested action is to call again with it."""
+    order = f"sdk-field-{mode}"
+    args = {"order_id": order}
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {world.key}"}) as http:
+        transport = streamable_http_client(world.a.url + PATH, http_client=http)
+        async with McpClient(transport, mode=mode) as mcp:
+            asked = await mcp.call_tool("delete_order", args)
+            assert asked.is_error is True
+            error = asked.structured_content
+            assert error is not None
+            assert error["error_code"] == "confirmation_required"
+            assert error["recoverable"] is True
+            token = error["confirmation_token"]
+            assert re.fullmatch(CONFIRMATION_TOKEN_PATTERN, token)
+            assert f'{CONFIRMATION_ARGUMENT}="{token}"' in error["message"]
+            assert sum(n for hit, n in world.upstream.hits.items() if order in hit) == 0
+            done = await mcp.call_tool("delete_order", confirmed(args, token))
+    assert done.is_error is False
+    assert done.structured_content == {"order_id": order, "deleted": True}
     assert sum(n for hit, n in world.upstream.hits.items() if order in hit) == 1
 
 
