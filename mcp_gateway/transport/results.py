@@ -39,17 +39,22 @@ from shared.public_urls import approvals_path
 
 REQUEST_KEY = "confirm"  # the one key of inputRequests / inputResponses (elicitation)
 
-# What the model reads beside the approval structure, which is the seed's to the letter.
+# What the model reads beside the approval structure, which is the seed's to the letter:
+# the seed's URLs stay, and the words say they are not the model's to use.
 _CALL_AGAIN: dict[Language, str] = {
     "en": (
         "A human must approve this call before it runs; nothing has been done yet. "
         "Call this tool again with the same arguments to get the outcome: "
-        "until someone decides, the same approval comes back."
+        "until someone decides, the same approval comes back. "
+        "The approval_url, approve and deny URLs are for the approver's front end, "
+        "which holds an approval key; this agent's key cannot use them."
     ),
     "ru": (
         "Этот вызов должен подтвердить человек; пока ничего не выполнено. "
         "Повторите вызов этого инструмента с теми же аргументами, чтобы получить результат: "
-        "пока решения нет, вернётся эта же заявка."
+        "пока решения нет, вернётся эта же заявка. "
+        "approval_url и URL approve и deny — для интерфейса подтверждения, у которого есть "
+        "ключ подтверждения; ключ этого агента с ними не работает."
     ),
 }
 

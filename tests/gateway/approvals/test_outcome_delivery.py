@@ -203,6 +203,7 @@ async def test_an_outcome_older_than_the_retention_is_not_delivered_and_russian_
         caller = Caller(http, MCP, shopfront.agent_key)
         asked = await caller.call("legacy", GATED, arguments("old"))
         assert "теми же аргументами" in asked["content"][1]["text"]
+        assert "для интерфейса подтверждения" in asked["content"][1]["text"]
         old = asked["structuredContent"]["approval_id"]
         fresh = await ask(caller, "legacy", "fresh")
         for approval_id in (old, fresh):
@@ -231,6 +232,41 @@ async def test_an_outcome_older_than_the_retention_is_not_delivered_and_russian_
             )
             delivered = {r["id"]: r["delivered"] for r in await cur.fetchall()}
         assert delivered == {old: False, fresh: True}
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_the_seed_urls_stay_and_the_words_say_they_are_the_approvers(
+    mode: str, replicas: tuple[Replica, Replica], shopfront: Shopfront
+) -> None:
+    """The seed's approve/deny stay in structuredContent; the model's words say they are
+    for the approver's front end, which the agent key indeed cannot use."""
+    a, _ = replicas
+    headers = {"Authorization": f"Bearer {shopfront.agent_key}"}
+    async with httpx2.AsyncClient(headers=headers) as http:
+        transport = streamable_http_client(a.gateway.url + MCP, http_client=http)
+        async with McpClient(transport, mode=mode) as mcp:
+            asked = await mcp.call_tool(GATED, arguments(f"urls-{mode}"))
+    structured = asked.structured_content
+    url = structured["approval_url"]
+    assert structured["approve"] == {
+        "method": "POST",
+        "url": f"{url}/approve",
+        "body": {"approve": "yes"},
+    }
+    assert structured["deny"] == {"method": "POST", "url": f"{url}/deny", "body": {"approve": "no"}}
+    words = [block.text for block in asked.content if block.type == "text"][1]
+    assert "approve and deny URLs are for the approver's front end" in words, words
+    assert "this agent's key cannot use them" in words, words
+    for action in ("approve", "deny"):
+        tried = await a.http.post(
+            structured[action]["url"],
+            json=structured[action]["body"],
+            headers=auth(shopfront.agent_key),
+        )
+        assert tried.status_code == 403, tried.text
+    assert (await record(a.http, shopfront.approval_key, structured["approval_id"]))[
+        "status"
+    ] == "pending"
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
