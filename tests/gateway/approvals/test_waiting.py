@@ -268,11 +268,12 @@ async def test_polling_alone_ends_the_wait_within_its_interval(
         assert result.structured_content["error_code"] == "approval_denied"
 
 
+@pytest.mark.parametrize("era", ERAS)
 async def test_sigterm_ends_a_wait_with_the_seed_answer_and_the_approval_stays(
-    database_url: str, tmp_path: Path, shop: Shop, shopfront: Shopfront
+    era: str, database_url: str, tmp_path: Path, shop: Shop, shopfront: Shopfront
 ) -> None:
     async with replica(database_url, tmp_path, gateway_env(shop)) as a:
-        request = await waiting_request(a.http, shopfront.agent_key, "legacy", "stopping")
+        request = await waiting_request(a.http, shopfront.agent_key, era, f"stopping-{era}")
         events: list[dict[str, Any]] = []
         async with a.http.stream(
             request.method, request.url, content=request.content, headers=request.headers
@@ -290,6 +291,76 @@ async def test_sigterm_ends_a_wait_with_the_seed_answer_and_the_approval_stays(
         assert structured["status"] == "approval_required"
         assert structured["approval_id"] == found[0]
         assert (await fetch(database_url, found[0]))["status"] == "pending"
+
+
+async def sdk_call_stopped_mid_wait(
+    replica_: Replica, key: str, mode: str, case: str, *, listed: bool, sent: list[str]
+) -> Any:
+    """The SDK's waiting call, its gateway sent SIGTERM once the first progress came;
+    ``sent`` gets the method of every POST the SDK makes."""
+    progress = Progress()
+
+    async def record_method(request: httpx2.Request) -> None:
+        if request.method == "POST":
+            sent.append(json.loads(request.content)["method"])
+
+    headers = {"Authorization": f"Bearer {key}"}
+    hooks = {"request": [record_method]}
+    async with httpx2.AsyncClient(headers=headers, timeout=60, event_hooks=hooks) as http:
+        transport = streamable_http_client(replica_.gateway.url + MCP, http_client=http)
+        async with McpClient(transport, mode=mode) as mcp:
+            if listed:
+                await mcp.list_tools()
+            call = asyncio.create_task(
+                mcp.call_tool(GATED, arguments(case), progress_callback=progress)
+            )
+            await progress.approval_id()
+            os.killpg(replica_.gateway.process.pid, signal.SIGTERM)
+            return await asyncio.wait_for(call, 30), progress
+
+
+def raised(error: BaseException) -> list[BaseException]:
+    """``error`` and, through exception groups, every exception in it."""
+    if isinstance(error, BaseExceptionGroup):
+        return [error, *(e for inner in error.exceptions for e in raised(inner))]
+    return [error]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_sigterm_gives_the_sdk_the_seed_answer_as_the_call_result(
+    mode: str, database_url: str, tmp_path: Path, shop: Shop, shopfront: Shopfront
+) -> None:
+    """A host lists its tools before a model calls one; its SDK call then ends with the
+    answer the stream ended with (docs/mcp-interface.md, "Waiting on the open call")."""
+    async with replica(database_url, tmp_path, gateway_env(shop)) as a:
+        sent: list[str] = []
+        result, progress = await sdk_call_stopped_mid_wait(
+            a, shopfront.agent_key, mode, f"sdk-stop-{mode}", listed=True, sent=sent
+        )
+        assert result.is_error is False
+        assert result.structured_content["status"] == "approval_required"
+        approval_id = result.structured_content["approval_id"]
+        assert approval_id in (progress.seen[0][2] or "")
+        assert sent[-2:] == ["tools/list", "tools/call"]
+        assert (await fetch(database_url, approval_id))["status"] == "pending"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_sdk_that_never_listed_the_tool_fails_on_its_own_tools_list_after_the_answer(
+    mode: str, database_url: str, tmp_path: Path, shop: Shop, shopfront: Shopfront
+) -> None:
+    """The ConnectError of a call stopped mid-wait is not the stream's: the Python SDK
+    validates a result against the tool's outputSchema and, for a tool it never listed,
+    sends tools/list once the result has come, to a gateway that has stopped."""
+    async with replica(database_url, tmp_path, gateway_env(shop)) as a:
+        sent: list[str] = []
+        with pytest.raises((ExceptionGroup, httpx2.ConnectError)) as caught:
+            await sdk_call_stopped_mid_wait(
+                a, shopfront.agent_key, mode, f"sdk-unlisted-{mode}", listed=False, sent=sent
+            )
+        assert any(isinstance(e, httpx2.ConnectError) for e in raised(caught.value))
+        # tools/list goes out only after call_tool's result arrived (ClientSession.call_tool).
+        assert sent[-2:] == ["tools/call", "tools/list"]
 
 
 async def test_an_agent_may_lower_the_wait_but_not_raise_it(
