@@ -205,5 +205,6 @@ def approver_snippet(target: Endpoint) -> Snippet:
         "cfg-approvals",
         "Approvals (the human approver's interface)",
         "List, read, approve and deny this agent's pending approvals with an approval key.",
-        _unindented(approval_curls(target.approvals, APPROVAL_KEY_PLACEHOLDER)),
+        # The console speaks English, so do the notes its decisions send.
+        _unindented(approval_curls(target.approvals, APPROVAL_KEY_PLACEHOLDER, "en")),
     )

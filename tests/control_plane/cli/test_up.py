@@ -35,6 +35,7 @@ from control_plane.services.keys import revoke_api_key
 from shared.crypto import KeyHasher
 from shared.db import connect
 from shared.keys import KeyKind, generate_key, parse_key
+from tests.support.client_snippets import printed_curl_lines
 from tests.support.db import TEST_SECRET_KEY
 from tests.support.processes import accepts_connections, descendants, free_port, running
 
@@ -182,13 +183,6 @@ def check_stopped(crank_up: CrankUp, children: set[int], postmaster_pid: int) ->
     assert left == [], f"still running after crank up exited: {left}"
     for name, port in crank_up.ports.items():
         assert not accepts_connections(port), f"{name} port {port} still accepts connections"
-
-
-def printed_curl_lines(block: str) -> list[str]:
-    return [
-        command.replace("\\\n", " ")
-        for command in re.findall(r"^\s*(curl .*?)(?=^\s*curl |\n\n|\Z)", block, re.M | re.S)
-    ]
 
 
 def check_printed_approval_curl_lines(banner: str) -> None:
