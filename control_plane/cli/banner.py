@@ -94,8 +94,7 @@ TEXTS: dict[Language, dict[str, str]] = {
         ),
     },
 }
-READY_LINE = TEXTS["en"]["ready"]
-APPROVALS_HEADING = TEXTS["en"]["approvals"]
+APPROVALS_HEADING = TEXTS["en"]["approvals"]  # where the English banner's approver block starts
 
 
 def decision_body(approve: bool, language: Language) -> str:
