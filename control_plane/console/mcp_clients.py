@@ -152,7 +152,9 @@ def client_snippets(target: Endpoint, workspace: str, agent: str) -> list[Snippe
 
                 async def main() -> None:
                     headers = {{"Authorization": "Bearer " + os.environ["{KEY_VARIABLE}"]}}
-                    async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+                    # Reads may wait long: a tools/call can wait for a person's approval.
+                    timeout = httpx2.Timeout(30, read=300)
+                    async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
                         async with Client(streamable_http_client(URL, http_client=http)) as client:
                             listed = await client.list_tools()
                     for tool in listed.tools:
