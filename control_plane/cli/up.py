@@ -175,12 +175,12 @@ def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:
 
     if settings.database_url:
         database_url = settings.database_url
-        database_label = "the server in CRANK_DATABASE_URL"
+        embedded_pgdata: Path | None = None
     else:
         pgdata = directory / "pgdata"
         server = stack.enter_context(embedded_postgres(pgdata))
         database_url = server.url()
-        database_label = f"embedded PostgreSQL 18 in {pgdata}"
+        embedded_pgdata = pgdata
 
     prepared = asyncio.run(_prepare(database_url, hasher, state, sales_port))
     state.admin_token = prepared.admin_token
@@ -220,9 +220,9 @@ def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:
         render_banner(
             state,
             dev_state_file=dev_state_path(),
-            database=database_label,
+            database=embedded_pgdata,
             sales_url=f"http://127.0.0.1:{sales_port}",
-            gateway_running=True,
+            language=settings.language,
             console_link=f"{state.control_plane_url}/ui/sign-in/link?code={prepared.console_code}",
         ),
         flush=True,

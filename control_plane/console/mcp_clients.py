@@ -137,24 +137,28 @@ def client_snippets(target: Endpoint, workspace: str, agent: str) -> list[Snippe
         Snippet(
             "cfg-python",
             "Python MCP SDK",
-            f"pip install mcp; the key from the environment variable {KEY_VARIABLE}.",
+            f'pip install "mcp>=2" (the 2.x SDK); the key from the environment variable '
+            f"{KEY_VARIABLE}.",
             textwrap.dedent(f"""\
                 import asyncio
                 import os
 
-                from mcp import ClientSession
-                from mcp.client.streamable_http import streamablehttp_client
+                import httpx2
+                from mcp import Client
+                from mcp.client.streamable_http import streamable_http_client
 
                 URL = "{url}"
 
 
                 async def main() -> None:
                     headers = {{"Authorization": "Bearer " + os.environ["{KEY_VARIABLE}"]}}
-                    async with streamablehttp_client(URL, headers=headers) as (read, write, _):
-                        async with ClientSession(read, write) as session:
-                            await session.initialize()
-                            tools = await session.list_tools()
-                            print([tool.name for tool in tools.tools])
+                    # Reads may wait long: a tools/call can wait for a person's approval.
+                    timeout = httpx2.Timeout(30, read=300)
+                    async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
+                        async with Client(streamable_http_client(URL, http_client=http)) as client:
+                            listed = await client.list_tools()
+                    for tool in listed.tools:
+                        print(tool.name)
 
 
                 asyncio.run(main())
@@ -163,7 +167,8 @@ def client_snippets(target: Endpoint, workspace: str, agent: str) -> list[Snippe
         Snippet(
             "cfg-typescript",
             "TypeScript MCP SDK",
-            f"npm install @modelcontextprotocol/sdk; the key from {KEY_VARIABLE}.",
+            f"npm install @modelcontextprotocol/sdk; an ES module (client.mjs); the key from "
+            f"{KEY_VARIABLE}.",
             textwrap.dedent(f"""\
                 import {{ Client }} from "@modelcontextprotocol/sdk/client/index.js";
                 import {{ StreamableHTTPClientTransport }} from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -173,7 +178,9 @@ def client_snippets(target: Endpoint, workspace: str, agent: str) -> list[Snippe
                 }});
                 const client = new Client({{ name: "my-app", version: "1.0.0" }});
                 await client.connect(transport);
-                console.log((await client.listTools()).tools.map((tool) => tool.name));
+                const {{ tools }} = await client.listTools();
+                for (const tool of tools) console.log(tool.name);
+                await client.close();
                 """),
         ),
         Snippet(
@@ -200,5 +207,6 @@ def approver_snippet(target: Endpoint) -> Snippet:
         "cfg-approvals",
         "Approvals (the human approver's interface)",
         "List, read, approve and deny this agent's pending approvals with an approval key.",
-        _unindented(approval_curls(target.approvals, APPROVAL_KEY_PLACEHOLDER)),
+        # The console speaks English, so do the notes its decisions send.
+        _unindented(approval_curls(target.approvals, APPROVAL_KEY_PLACEHOLDER, "en")),
     )

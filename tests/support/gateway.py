@@ -264,8 +264,11 @@ async def run_gateway(
     *,
     refresh_ms: int = 5000,
     extra_env: dict[str, str] | None = None,
+    port: int | None = None,
 ) -> AsyncIterator[Gateway]:
-    port, metrics_port = free_port(), free_port()
+    """A gateway on ``port`` (a free one by default: a control plane that must name the
+    gateway's URL before it starts picks one first)."""
+    port, metrics_port = port or free_port(), free_port()
     env = _env(
         database_url,
         {

@@ -28,13 +28,15 @@ import psycopg
 import pytest
 
 from control_plane.cli import devstate
-from control_plane.cli.banner import APPROVALS_HEADING
+from control_plane.cli.banner import TEXTS
 from control_plane.cli.devkeys import ensure_admin_token, ensure_api_key
 from control_plane.cli.seed import ensure_workspace, seed_demo
 from control_plane.services.keys import revoke_api_key
 from shared.crypto import KeyHasher
 from shared.db import connect
+from shared.engine.errors import Language
 from shared.keys import KeyKind, generate_key, parse_key
+from tests.support.client_snippets import printed_curl_lines
 from tests.support.db import TEST_SECRET_KEY
 from tests.support.processes import accepts_connections, descendants, free_port, running
 
@@ -103,7 +105,7 @@ class CrankUp:
                 self.lines.put(line)
         self.lines.put(None)
 
-    def wait_ready(self) -> str:
+    def wait_ready(self, marker: str = READY_MARKER) -> str:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             try:
@@ -113,7 +115,7 @@ class CrankUp:
             if line is None:
                 break
             self.output.append(line)
-            if READY_MARKER in line:
+            if marker in line:
                 return "".join(self.output)
         pytest.fail(f"crank up did not get ready; stderr:\n{self.stderr_path.read_text()[-4000:]}")
 
@@ -184,16 +186,9 @@ def check_stopped(crank_up: CrankUp, children: set[int], postmaster_pid: int) ->
         assert not accepts_connections(port), f"{name} port {port} still accepts connections"
 
 
-def printed_curl_lines(block: str) -> list[str]:
-    return [
-        command.replace("\\\n", " ")
-        for command in re.findall(r"^\s*(curl .*?)(?=^\s*curl |\n\n|\Z)", block, re.M | re.S)
-    ]
-
-
-def check_printed_approval_curl_lines(banner: str) -> None:
+def check_printed_approval_curl_lines(banner: str, language: Language = "en") -> None:
     """The seed's four approval lines; the list one runs as printed (no approvals yet)."""
-    block = banner[banner.index(APPROVALS_HEADING) :].split("\n\n")[0]
+    block = banner[banner.index(TEXTS[language]["approvals"]) :].split("\n\n")[0]
     commands = printed_curl_lines(block)
     assert [c.split()[1].rsplit("/", 1)[-1] for c in commands] == [
         "approvals",
@@ -206,9 +201,10 @@ def check_printed_approval_curl_lines(banner: str) -> None:
 
 
 @pytest.mark.timeout(240)
-def check_printed_mcp_curl_lines(banner: str) -> None:
+def check_printed_mcp_curl_lines(banner: str, language: Language = "en") -> None:
     """Run the banner's MCP curl lines as printed: initialize, then tools/list with its session."""
-    mcp_block = banner[banner.index("MCP:") : banner.index(APPROVALS_HEADING)]
+    texts = TEXTS[language]
+    mcp_block = banner[banner.index(f"\n{texts['mcp']}\n") : banner.index(texts["approvals"])]
     commands = printed_curl_lines(mcp_block)
     assert len(commands) == 2, mcp_block
     initialize = subprocess.run(
@@ -308,6 +304,25 @@ def test_crank_up_uses_crank_database_url_when_set(start_crank_up: Any, database
     with psycopg.connect(database_url) as conn:
         agents = conn.execute("SELECT slug FROM agents WHERE published IS NOT NULL").fetchall()
     assert sorted(row[0] for row in agents) == ["currency-rates", "sales"]
+    assert crank_up.stop(signal.SIGINT) == 0
+    assert [pid for pid in children if running(pid)] == []
+
+
+@pytest.mark.timeout(180)
+def test_crank_up_prints_in_crank_language(start_crank_up: Any, database_url: str) -> None:
+    """With CRANK_LANGUAGE=ru the banner is Russian, the notes of its approve and deny
+    lines too, and its curl lines still run as printed."""
+    crank_up: CrankUp = start_crank_up({"CRANK_DATABASE_URL": database_url, "CRANK_LANGUAGE": "ru"})
+    russian = TEXTS["ru"]
+    banner = crank_up.wait_ready(russian["footer"].splitlines()[-1])
+    children = descendants(crank_up.process.pid)
+
+    assert banner.lstrip("\n").startswith(russian["ready"]), banner
+    assert russian["database_server"] in banner
+    assert russian["approved_note"] in banner
+    assert TEXTS["en"]["approved_note"] not in banner
+    check_printed_mcp_curl_lines(banner, "ru")
+    check_printed_approval_curl_lines(banner, "ru")
     assert crank_up.stop(signal.SIGINT) == 0
     assert [pid for pid in children if running(pid)] == []
 
