@@ -130,6 +130,7 @@ async def import_openapi_document(
             policy = AddressPolicy.from_settings(
                 allow_private_upstreams=settings.allow_private_upstreams,
                 upstream_allowlist=settings.upstream_allowlist,
+                allow_loopback_upstreams=settings.allow_loopback_upstreams,
             )
             raw = await fetch_document(
                 data.url, policy, await load_egress(conn, ws.id), settings.max_document_bytes

@@ -10,10 +10,11 @@ errors in one function; no caller of the step catches ``OutboundError``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from shared.engine.errors import Language, ToolError
 from shared.engine.masking import Masker
-from shared.engine.outbound import Delivery, OutboundError, UpstreamResponse
+from shared.engine.outbound import Delivery, OutboundError, UpstreamBlocked, UpstreamResponse
 
 
 @dataclass(slots=True)
@@ -38,16 +39,16 @@ class UpstreamFailure(ToolError):
 
 
 def upstream_failure(exc: OutboundError, *, language: Language, masker: Masker) -> UpstreamFailure:
-    """The tool error for an executor failure (its reason, masked, for admins only)."""
-    failure = UpstreamFailure.of(
-        exc.code,
-        language=language,
-        details={
-            "upstream_status": None,
-            "attempts": exc.attempts,
-            "reason": masker.text(str(exc)),
-        },
-    )
+    """The tool error for an executor failure (its reason, masked, and for a refused
+    address which policy layer refused it: for admins only)."""
+    details: dict[str, Any] = {
+        "upstream_status": None,
+        "attempts": exc.attempts,
+        "reason": masker.text(str(exc)),
+    }
+    if isinstance(exc, UpstreamBlocked) and exc.blocked is not None:
+        details["blocked"] = exc.blocked.details()
+    failure = UpstreamFailure.of(exc.code, language=language, details=details)
     failure.delivery = exc.delivery
     return failure
 
