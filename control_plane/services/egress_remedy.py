@@ -5,22 +5,26 @@
 The gateway's tool error stays generic ("the administrator must allow this
 upstream"): a model is not told how Crank is configured. An admin trying an
 operation is told the layer that refused (docs/architecture.md, "Egress per
-workspace") and the exact entry to add, read from the error's ``blocked`` details
-(shared.engine.egress.Blocked):
+workspace", shared.engine.egress.Blocked) and the exact entry to add:
 
 - ``workspace_hosts``: an owner adds the host to the workspace's host list;
 - ``workspace_grants``: an instance admin grants ``host:port`` to the workspace;
 - ``operator``: the operator adds ``host:port`` to ``CRANK_UPSTREAM_ALLOWLIST``
   (a restart), then an instance admin grants it;
 - ``metadata``: nothing can allow it.
+
+Whether the operator allowlisted an address is the instance's configuration, and
+may be there for another tenant: only instance admins are told which of the last
+two refused; anyone else is told both steps an instance admin takes.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final
 
+from shared.engine.egress import Blocked
 from shared.engine.errors import Language
 
 _TEXTS: Final[Mapping[str, Mapping[Language, str]]] = {
@@ -70,6 +74,19 @@ _TEXTS: Final[Mapping[str, Mapping[Language, str]]] = {
             "открывает loopback всем пространствам; `crank up` на loopback задаёт его."
         ),
     },
+    "private": {
+        "en": (
+            "{address} is a private address ({category}). This workspace reaches it only "
+            "once an instance admin grants {entry} on the Egress page ({page}) and the "
+            "operator's CRANK_UPSTREAM_ALLOWLIST includes it: ask an instance admin."
+        ),
+        "ru": (
+            "{address} — частный адрес ({category}). Это пространство достигнет его, "
+            "только когда администратор экземпляра выдаст разрешение {entry} на странице "
+            "Egress ({page}) и CRANK_UPSTREAM_ALLOWLIST оператора будет его включать: "
+            "обратитесь к администратору экземпляра."
+        ),
+    },
     "metadata": {
         "en": (
             "{host} is a cloud metadata address: Crank never calls it, whatever the "
@@ -81,9 +98,6 @@ _TEXTS: Final[Mapping[str, Mapping[Language, str]]] = {
         ),
     },
 }
-
-
-_LAYERS: Final = frozenset({"workspace_hosts", "workspace_grants", "operator", "metadata"})
 
 
 def egress_page(workspace: str) -> str:
@@ -100,20 +114,23 @@ def allow_entry(host: str, port: int) -> str:
     return f"[{host}]:{port}" if bracketed else f"{host}:{port}"
 
 
-def egress_remedy(details: Mapping[str, Any], workspace: str, language: Language) -> str | None:
-    """What to change, from a tool error's ``details``; None when the error is not a
-    refusal by a policy layer (another error, or a URL Crank cannot call at all)."""
-    blocked = details.get("blocked")
-    if not isinstance(blocked, Mapping) or blocked.get("by") not in _LAYERS:
+def egress_remedy(
+    blocked: Blocked | None, workspace: str, language: Language, *, instance_admin: bool
+) -> str | None:
+    """What to change; None when no policy layer refused (another error, or a URL
+    Crank cannot call at all)."""
+    if blocked is None:
         return None
-    host, port = str(blocked["host"]), int(blocked["port"])
-    category = str(blocked.get("category") or "private")
-    text = _TEXTS[blocked["by"]][language]
-    if blocked["by"] == "operator" and category == "loopback":
+    layer: str = blocked.by
+    if layer in ("workspace_grants", "operator") and not instance_admin:
+        layer = "private"
+    category = blocked.category or "private"
+    text = _TEXTS[layer][language]
+    if layer == "operator" and category == "loopback":
         text += _TEXTS["operator_loopback"][language]
-    entry = allow_entry(host, port)
+    entry = allow_entry(blocked.host, blocked.port)
     return text.format(
-        host=host,
+        host=blocked.host,
         address=entry,
         entry=entry,
         category=category.replace("_", " "),

@@ -49,7 +49,7 @@ import structlog
 from psycopg.types.json import Jsonb
 from yarl import URL
 
-from control_plane.auth import Workspace
+from control_plane.auth import Role, Workspace
 from control_plane.errors import BadRequest, Conflict, ValidationFailed
 from control_plane.services.egress_remedy import egress_remedy
 from control_plane.services.operations import require_operation
@@ -63,7 +63,7 @@ from shared.engine.masking import NO_SECRETS, Masker
 from shared.engine.request_builder import BuiltRequest
 from shared.engine.spec import OperationSpec, operation_from_builtins
 from shared.engine.spec_validation import FieldError, validate_operation
-from shared.engine.upstream import UpstreamCall
+from shared.engine.upstream import UpstreamCall, UpstreamFailure
 from shared.secrets import load_secrets
 from shared.workspace_egress import load_egress
 
@@ -214,7 +214,13 @@ async def _call(
     except ToolError as exc:
         view = _upstream_view(upstream, masker, exc.error_code)
         result = _tool_error(exc, request_id, masker)
-        result.remedy = egress_remedy(exc.details, ws.slug, state.settings.language)
+        if isinstance(exc, UpstreamFailure):
+            result.remedy = egress_remedy(
+                exc.blocked,
+                ws.slug,
+                state.settings.language,
+                instance_admin=ws.role is Role.INSTANCE_ADMIN,
+            )
         return view, result
     # The selection masks what it selects (shared.engine.response_selector).
     result = TryResult(

@@ -25,7 +25,7 @@ import ipaddress
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from shared.engine.ssrf import (
     AddressPolicy,
@@ -158,8 +158,7 @@ BlockedBy = Literal["workspace_hosts", "workspace_grants", "operator", "metadata
 @dataclass(frozen=True, slots=True)
 class Blocked:
     """Which layer refused a call to ``host``:``port``, so that an admin can be told what
-    to change (control_plane.services.egress_remedy); it goes to a tool error's
-    details, never to the model.
+    to change (control_plane.services.egress_remedy); never told to the model.
 
     ``by``: the workspace's host list, its grants, the operator's settings (the
     address needs ``CRANK_UPSTREAM_ALLOWLIST``) or a cloud metadata address (never
@@ -188,6 +187,3 @@ class Blocked:
     def not_listed(cls, host: str, port: int) -> Blocked:
         """``host`` is not on the workspace's host list (judged before resolving it)."""
         return cls("workspace_hosts", _canonical_host(host), port)
-
-    def details(self) -> dict[str, Any]:
-        return {"by": self.by, "host": self.host, "port": self.port, "category": self.category}

@@ -10,8 +10,8 @@ errors in one function; no caller of the step catches ``OutboundError``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from shared.engine.egress import Blocked
 from shared.engine.errors import Language, ToolError
 from shared.engine.masking import Masker
 from shared.engine.outbound import Delivery, OutboundError, UpstreamBlocked, UpstreamResponse
@@ -36,19 +36,25 @@ class UpstreamFailure(ToolError):
     whether the request can have reached the upstream."""
 
     delivery: Delivery = "unknown"
+    # For upstream_blocked: which policy layer refused, for try-it's remedy only
+    # (control_plane.services.egress_remedy). Kept off ``details``, which reach call
+    # logs and approval records: which layer refused tells of the operator's settings.
+    blocked: Blocked | None = None
 
 
 def upstream_failure(exc: OutboundError, *, language: Language, masker: Masker) -> UpstreamFailure:
-    """The tool error for an executor failure (its reason, masked, and for a refused
-    address which policy layer refused it: for admins only)."""
-    details: dict[str, Any] = {
-        "upstream_status": None,
-        "attempts": exc.attempts,
-        "reason": masker.text(str(exc)),
-    }
-    if isinstance(exc, UpstreamBlocked) and exc.blocked is not None:
-        details["blocked"] = exc.blocked.details()
-    failure = UpstreamFailure.of(exc.code, language=language, details=details)
+    """The tool error for an executor failure (its reason, masked, for admins only)."""
+    failure = UpstreamFailure.of(
+        exc.code,
+        language=language,
+        details={
+            "upstream_status": None,
+            "attempts": exc.attempts,
+            "reason": masker.text(str(exc)),
+        },
+    )
+    if isinstance(exc, UpstreamBlocked):
+        failure.blocked = exc.blocked
     failure.delivery = exc.delivery
     return failure
 

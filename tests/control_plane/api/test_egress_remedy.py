@@ -17,7 +17,7 @@ from litestar.testing import AsyncTestClient
 
 from control_plane.app import create_app
 from shared.settings import Settings
-from tests.support.api import Client, auth, grant_egress
+from tests.support.api import Client, auth, grant_egress, make_token
 from tests.support.db import TEST_SECRET_KEY
 from tests.support.threaded_http import JsonHandler, ThreadedServer, serve_threaded
 
@@ -53,9 +53,9 @@ async def workspace_with_operation(client: Client, admin: str, port: int) -> Non
     assert created.status_code == 201, created.text
 
 
-async def try_read(client: Client, admin: str) -> Any:
+async def try_read(client: Client, token: str) -> Any:
     response = await client.post(
-        "/api/v1/workspaces/acme/operations/read_data/try", json={}, headers=auth(admin)
+        "/api/v1/workspaces/acme/operations/read_data/try", json={}, headers=auth(token)
     )
     assert response.status_code == 200, response.text
     return response.json()["result"]
@@ -79,12 +79,7 @@ async def test_an_address_the_operator_has_not_allowlisted_names_the_setting_and
         result = await try_read(client, admin_token)
     assert_refused_generically(result)
     entry = f"127.0.0.1:{upstream.port}"
-    assert result["details"]["blocked"] == {
-        "by": "operator",
-        "host": "127.0.0.1",
-        "port": upstream.port,
-        "category": "loopback",
-    }
+    assert set(result["details"]) == {"upstream_status", "attempts", "reason"}  # as before
     assert result["remedy"] == (
         f"{entry} is a private address (loopback) that the operator's "
         f"CRANK_UPSTREAM_ALLOWLIST does not include. The operator adds {entry} to "
@@ -157,3 +152,23 @@ async def test_the_remedy_is_in_russian_where_crank_speaks_russian(
         result = await try_read(client, admin_token)
     assert result["remedy"].startswith(f"{entry} — частный адрес (loopback)")
     assert f"разрешение {entry} в разделе «Grants»" in result["remedy"]
+
+
+@pytest.mark.parametrize("allowlisted", [True, False])
+async def test_a_workspace_member_is_not_told_what_the_operator_allowlisted(
+    database_url: str, admin_token: str, upstream: ThreadedServer, allowlisted: bool
+) -> None:
+    """Whether the operator allowlisted an address is the instance's configuration (it
+    may be there for another tenant): an owner gets the same steps either way."""
+    entry = f"127.0.0.1:{upstream.port}"
+    allowlist = (entry,) if allowlisted else ()
+    async with control_plane(database_url, upstream_allowlist=allowlist) as client:
+        await workspace_with_operation(client, admin_token, upstream.port)
+        owner = await make_token(database_url, "owner", "acme", name="olga")
+        result = await try_read(client, owner)
+    assert_refused_generically(result)
+    assert result["remedy"] == (
+        f"{entry} is a private address (loopback). This workspace reaches it only once an "
+        f"instance admin grants {entry} on the Egress page (/ui/w/acme/egress) and the "
+        "operator's CRANK_UPSTREAM_ALLOWLIST includes it: ask an instance admin."
+    )

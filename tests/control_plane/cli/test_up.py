@@ -428,7 +428,7 @@ def test_children_get_the_gateway_url_as_the_public_url_unless_one_is_set(
 
 @pytest.mark.parametrize(
     ("host", "opened"),
-    [("127.0.0.1", True), ("::1", True), ("localhost", True), ("0.0.0.0", False)],
+    [("127.0.0.1", True), ("::1", True), ("localhost", True), ("0.0.0.0", False)],  # noqa: S104
 )
 def test_served_on_loopback_the_children_may_call_loopback_upstreams(
     monkeypatch: pytest.MonkeyPatch, host: str, opened: bool
