@@ -172,3 +172,22 @@ async def test_a_workspace_member_is_not_told_what_the_operator_allowlisted(
         f"instance admin grants {entry} on the Egress page (/ui/w/acme/egress) and the "
         "operator's CRANK_UPSTREAM_ALLOWLIST includes it: ask an instance admin."
     )
+
+
+async def test_an_openapi_import_from_a_refused_url_says_what_to_change(
+    database_url: str, admin_token: str, upstream: ThreadedServer
+) -> None:
+    entry = f"127.0.0.1:{upstream.port}"
+    async with control_plane(database_url, upstream_allowlist=(entry,)) as client:
+        await workspace_with_operation(client, admin_token, upstream.port)
+        response = await client.post(
+            "/api/v1/workspaces/acme/import/openapi",
+            json={"url": f"http://{entry}/openapi.json", "dry_run": True},
+            headers=auth(admin_token),
+        )
+    assert (response.status_code, response.json()["code"]) == (400, "upstream_blocked")
+    assert response.json()["message"].endswith(
+        f"An instance admin adds the grant {entry} under Grants on the Egress page "
+        "(/ui/w/acme/egress)."
+    )
+    assert upstream.hits == []
