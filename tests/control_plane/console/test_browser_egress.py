@@ -91,6 +91,9 @@ async def test_an_owner_and_an_instance_admin_open_a_loopback_upstream_from_the_
                 f"under Grants on the Egress page ({egress_link})."
             )
             await admin.get_by_role("link", name="Open the Egress page").click()
+            await expect(admin.locator("#operator-settings")).to_contain_text(
+                f"CRANK_UPSTREAM_ALLOWLIST: {grant}."
+            )
             await admin.get_by_label("Granted private destinations").fill(grant)
             await admin.get_by_role("button", name="Save grants").click()
             await expect(admin.locator("#messages")).to_contain_text("Grants saved")

@@ -40,6 +40,7 @@ async def test_an_owner_narrows_the_hosts_and_cannot_grant(
     page = await client.get(UI)
     assert "Any host." in page.text
     assert 'action="/ui/w/acme/egress/grants"' not in page.text  # no grant form for owners
+    assert 'id="operator-settings"' not in page.text  # nor the instance's settings
     saved = await client.post(
         f"{UI}/hosts", data={**await _form(client), "hosts": "API.example.com\n\n127.0.0.1 \n"}
     )
@@ -83,6 +84,8 @@ async def test_an_instance_admin_grants_and_bad_entries_or_stale_pages_write_not
     client: Client, admin_token: str
 ) -> None:
     await sign_in(client, admin_token)
+    page = await client.get(UI)
+    assert "<code>CRANK_UPSTREAM_ALLOWLIST</code>: empty." in page.text
     first = await _form(client)
     bad = await client.post(f"{UI}/grants", data={**first, "grants": "127.0.0.1:9\nhttp://x/"})
     assert bad.status_code == 400
