@@ -71,6 +71,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 AddressPolicy.from_settings(
                     allow_private_upstreams=settings.allow_private_upstreams,
                     upstream_allowlist=settings.upstream_allowlist,
+                    allow_loopback_upstreams=settings.allow_loopback_upstreams,
                 ),
                 ExecutorConfig.from_settings(settings),
             ),

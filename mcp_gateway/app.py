@@ -230,6 +230,7 @@ class GatewayApp:
             AddressPolicy.from_settings(
                 allow_private_upstreams=settings.allow_private_upstreams,
                 upstream_allowlist=settings.upstream_allowlist,
+                allow_loopback_upstreams=settings.allow_loopback_upstreams,
             ),
             ExecutorConfig.from_settings(settings),
         )

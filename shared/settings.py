@@ -68,6 +68,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     elicitation_ttl_s: int = 300  # a human has this long to answer a DELETE confirmation form
     idempotency_retention_s: int = 86400  # how long a completed idempotent call is replayed
     allow_private_upstreams: bool = False
+    # Loopback upstreams (127.0.0.0/8, ::1) open to every workspace; `crank up` on loopback.
+    allow_loopback_upstreams: bool = False
     upstream_allowlist: tuple[str, ...] = ()
     # What one upstream answer may cost (docs/architecture.md, "Upstream answers"):
     # the ceiling of every raw body limit, and the JSON values and keys it may decode to.

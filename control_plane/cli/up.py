@@ -7,8 +7,10 @@
 3. Migrations, the dev admin token, the demo seed (published), the demo keys.
 4. Child processes: the demo sales API on loopback, the control plane and
    the MCP gateway, with the demo sales API allowlisted by
-   address (``CRANK_UPSTREAM_ALLOWLIST``); other private upstreams stay
-   refused unless ``CRANK_ALLOW_PRIVATE_UPSTREAMS`` is set.
+   address (``CRANK_UPSTREAM_ALLOWLIST``). Served on loopback, loopback
+   upstreams are open to every workspace (``CRANK_ALLOW_LOOPBACK_UPSTREAMS``);
+   other private upstreams stay refused unless ``CRANK_ALLOW_PRIVATE_UPSTREAMS``
+   is set.
 5. The banner (URLs, token, keys, curl lines) once the servers answer.
 
 SIGINT and SIGTERM stop the children and the embedded PostgreSQL; a child
@@ -21,6 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import fcntl
+import ipaddress
 import os
 import signal
 import socket
@@ -152,7 +155,21 @@ def _child_env(
         # One gateway worker locally unless the user asks for more.
         CRANK_GATEWAY_WORKERS=str(settings.gateway_workers or 1),
     )
+    # Served on loopback, only this machine's user reaches Crank: let their workspaces
+    # call the APIs they run here too, without a grant (docs/quickstart.md). Bound
+    # wider, loopback stays closed as in production; the user's own choice stands.
+    if _is_loopback(settings.host) and "CRANK_ALLOW_LOOPBACK_UPSTREAMS" not in os.environ:
+        env["CRANK_ALLOW_LOOPBACK_UPSTREAMS"] = "true"
     return env
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:

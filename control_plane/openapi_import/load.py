@@ -19,10 +19,11 @@ import msgspec
 import yaml
 from yarl import URL
 
-from shared.engine.egress import EgressPolicy
+from shared.engine.egress import Blocked, EgressPolicy
 from shared.engine.outbound import (
     ExecutorConfig,
     OutboundError,
+    UpstreamBlocked,
     UpstreamExecutor,
     UpstreamRequest,
 )
@@ -43,10 +44,13 @@ _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoade
 class SpecError(Exception):
     """The document cannot be imported at all (unreadable, unreachable, not OpenAPI)."""
 
-    def __init__(self, message: str, *, code: str = "openapi_invalid") -> None:
+    def __init__(
+        self, message: str, *, code: str = "openapi_invalid", blocked: Blocked | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
+        self.blocked = blocked  # the egress layer that refused the URL, for the remedy
 
 
 class _Loader(_BaseLoader):  # type: ignore[valid-type,misc]
@@ -143,7 +147,8 @@ async def fetch_document(
         async with UpstreamExecutor(policy, config) as executor:
             response = await executor.execute(request)
     except OutboundError as exc:
-        raise SpecError(f"cannot fetch {url}: {exc}", code=exc.code) from None
+        blocked = exc.blocked if isinstance(exc, UpstreamBlocked) else None
+        raise SpecError(f"cannot fetch {url}: {exc}", code=exc.code, blocked=blocked) from None
     if not 200 <= response.status < 300:
         raise SpecError(
             f"fetching {url} answered HTTP {response.status}", code="upstream_bad_status"

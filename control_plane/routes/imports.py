@@ -31,6 +31,7 @@ from control_plane.openapi_import import (
     parse_document,
 )
 from control_plane.request_body import BodyLimit
+from control_plane.services.egress_remedy import egress_remedy
 from control_plane.services.imports import ImportReport, import_openapi
 from shared.engine.spec_validation import FieldError
 from shared.engine.ssrf import AddressPolicy
@@ -107,7 +108,8 @@ def _convert(data: OpenApiImportRequest, raw: bytes | None) -> ImportResult:
         "publishes. Drafts edited since the last import are not overwritten: they come back "
         "as `conflicts` with a diff, unless `overwrite` is true. `dry_run` reports the same "
         "and writes nothing. A document that cannot be read gets 400 `openapi_invalid`; a "
-        "URL the SSRF guard refuses 400 `upstream_blocked`."
+        "URL the SSRF guard refuses 400 `upstream_blocked`, its message saying what to "
+        "change when the workspace's egress policy or the operator's allowlist refused it."
     ),
     body_limit=BodyLimit.DOCUMENT,
 )
@@ -130,13 +132,21 @@ async def import_openapi_document(
             policy = AddressPolicy.from_settings(
                 allow_private_upstreams=settings.allow_private_upstreams,
                 upstream_allowlist=settings.upstream_allowlist,
+                allow_loopback_upstreams=settings.allow_loopback_upstreams,
             )
             raw = await fetch_document(
                 data.url, policy, await load_egress(conn, ws.id), settings.max_document_bytes
             )
         result = await asyncio.to_thread(_convert, data, raw)
     except SpecError as exc:
-        raise BadRequest(exc.message, code=exc.code) from None
+        remedy = egress_remedy(
+            exc.blocked,
+            ws.slug,
+            settings.language,
+            instance_admin=ws.role is Role.INSTANCE_ADMIN,
+        )
+        message = exc.message if remedy is None else f"{exc.message}. {remedy}"
+        raise BadRequest(message, code=exc.code) from None
     return await import_openapi(
         conn,
         ws,

@@ -23,7 +23,8 @@ What differs from a tools/call, on purpose (it is an admin tool):
   the outcome afterwards. The call is sent under the workspace's egress policy.
 - The answer shows what a model never sees: the request as sent, the
   upstream's status, headers and raw body (capped at ``MAX_BODY_BYTES``), and
-  a tool error's details. Secret values — in every spelling shared.engine.masking
+  a tool error's details, and for a refused upstream what an admin changes to
+  allow it (``TryResult.remedy``). Secret values — in every spelling shared.engine.masking
   knows (escaped in JSON, percent-encoded, base64), in case the upstream
   echoes them back — are masked everywhere in it, the selected result
   included, before anything is cut; ``Set-Cookie`` headers are left out.
@@ -48,8 +49,9 @@ import structlog
 from psycopg.types.json import Jsonb
 from yarl import URL
 
-from control_plane.auth import Workspace
+from control_plane.auth import Role, Workspace
 from control_plane.errors import BadRequest, Conflict, ValidationFailed
+from control_plane.services.egress_remedy import egress_remedy
 from control_plane.services.operations import require_operation
 from control_plane.state import AppState
 from shared.crypto import SecretBox
@@ -61,7 +63,7 @@ from shared.engine.masking import NO_SECRETS, Masker
 from shared.engine.request_builder import BuiltRequest
 from shared.engine.spec import OperationSpec, operation_from_builtins
 from shared.engine.spec_validation import FieldError, validate_operation
-from shared.engine.upstream import UpstreamCall
+from shared.engine.upstream import UpstreamCall, UpstreamFailure
 from shared.secrets import load_secrets
 from shared.workspace_egress import load_egress
 
@@ -109,6 +111,9 @@ class TryResult(msgspec.Struct, kw_only=True):
     structured_content: Any
     truncated: bool = False  # arrays were trimmed to max_items / max_bytes
     details: dict[str, Any] = msgspec.field(default_factory=dict)  # a tool error's, for admins
+    # For a refused upstream: what an admin changes to allow it (which page, setting
+    # and entry; control_plane.services.egress_remedy). The model's text stays generic.
+    remedy: str | None = None
 
 
 class TryReport(msgspec.Struct, kw_only=True):
@@ -196,6 +201,7 @@ def _upstream_view(upstream: UpstreamCall, masker: Masker, code: ErrorCode | Non
 
 async def _call(
     state: AppState,
+    ws: Workspace,
     compiled: CompiledOperation,
     built: BuiltRequest,
     request_id: str,
@@ -207,7 +213,15 @@ async def _call(
         selected = await compiled.call(state.executor, built, upstream, egress=egress)
     except ToolError as exc:
         view = _upstream_view(upstream, masker, exc.error_code)
-        return view, _tool_error(exc, request_id, masker)
+        result = _tool_error(exc, request_id, masker)
+        if isinstance(exc, UpstreamFailure):
+            result.remedy = egress_remedy(
+                exc.blocked,
+                ws.slug,
+                state.settings.language,
+                instance_admin=ws.role is Role.INSTANCE_ADMIN,
+            )
+        return view, result
     # The selection masks what it selects (shared.engine.response_selector).
     result = TryResult(
         is_error=False, structured_content=selected.value, truncated=selected.truncated
@@ -294,7 +308,7 @@ async def try_operation(
     report.request = msgspec.convert(built.redacted(), RequestView)
     egress = await load_egress(conn, ws.id)
     await conn.commit()
-    report.upstream, report.result = await _call(state, compiled, built, request_id, egress)
+    report.upstream, report.result = await _call(state, ws, compiled, built, request_id, egress)
     await _audit_finish(conn, audit_id, report.upstream, report.result)
     log.info(
         "operation_tried",

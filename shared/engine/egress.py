@@ -25,12 +25,19 @@ import ipaddress
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
-from shared.engine.ssrf import AddressPolicy, AllowEntry, Decision, IPAddress, parse_allowlist
+from shared.engine.ssrf import (
+    AddressPolicy,
+    AllowEntry,
+    Decision,
+    IPAddress,
+    parse_allowlist,
+)
 
 __all__ = [
     "MAX_EGRESS_ENTRIES",
+    "Blocked",
     "EgressPolicy",
     "HostPattern",
     "parse_grant",
@@ -143,3 +150,40 @@ class EgressPolicy:
     def refusal(host: str) -> str:
         """The reason a refused call reports: the host name, nothing of the policy."""
         return f"the workspace's egress policy does not allow {_canonical_host(host)}"
+
+
+BlockedBy = Literal["workspace_hosts", "workspace_grants", "operator", "metadata"]
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """Which layer refused a call to ``host``:``port``, so that an admin can be told what
+    to change (control_plane.services.egress_remedy); never told to the model.
+
+    ``by``: the workspace's host list, its grants, the operator's settings (the
+    address needs ``CRANK_UPSTREAM_ALLOWLIST``) or a cloud metadata address (never
+    allowed). ``category`` is the address's (``AddressCategory``), "" when the host
+    was refused before it was resolved.
+    """
+
+    by: BlockedBy
+    host: str
+    port: int
+    category: str = ""
+
+    @classmethod
+    def of(cls, decision: Decision, host: str, port: int) -> Blocked:
+        """The layer behind a refusing ``decision``."""
+        by: BlockedBy = "operator"
+        if decision.reason == "metadata":
+            by = "metadata"
+        elif decision.reason == "workspace_hosts":
+            by = "workspace_hosts"
+        elif decision.reason == "workspace_grants":
+            by = "workspace_grants"
+        return cls(by, _canonical_host(host), port, decision.category.value)
+
+    @classmethod
+    def not_listed(cls, host: str, port: int) -> Blocked:
+        """``host`` is not on the workspace's host list (judged before resolving it)."""
+        return cls("workspace_hosts", _canonical_host(host), port)

@@ -48,7 +48,7 @@ from yarl import URL
 
 from shared.backoff import equal_jitter
 from shared.engine.answer_limits import DEFAULT_MAX_JSON_NODES
-from shared.engine.egress import EgressPolicy
+from shared.engine.egress import Blocked, EgressPolicy
 from shared.engine.errors import ErrorCode
 from shared.engine.pinning import (
     AddressRefused,
@@ -125,6 +125,10 @@ class UpstreamUnavailable(OutboundError):
 
 class UpstreamBlocked(OutboundError):
     code = "upstream_blocked"
+
+    def __init__(self, message: str, *, attempts: int = 1, blocked: Blocked | None = None) -> None:
+        super().__init__(message, attempts=attempts)
+        self.blocked = blocked  # which policy layer refused; None: the URL itself
 
     @property
     def delivery(self) -> Delivery:
@@ -411,12 +415,12 @@ class UpstreamExecutor:
         domain, port = target.domain, target.port_or_known_default or 0
         host = domain or (target.host_str or "").strip("[]")
         if egress is not None and not egress.allows_host(host):
-            raise UpstreamBlocked(egress.refusal(host))
+            raise UpstreamBlocked(egress.refusal(host), blocked=Blocked.not_listed(host, port))
         found = [host] if domain is None else await self._resolver.resolve(domain, port)
         try:
             addresses = allowed_addresses(self.policy, egress, found, host=host, port=port)
         except AddressRefused as exc:
-            raise UpstreamBlocked(str(exc)) from exc
+            raise UpstreamBlocked(str(exc), blocked=exc.blocked) from exc
         key = (target.scheme, host, port)
         per_host = self._slots.enter(key)
         try:

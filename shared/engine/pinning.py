@@ -26,7 +26,7 @@ from typing import Protocol
 
 from pyreqwest.client import Client, ClientBuilder
 
-from shared.engine.egress import EgressPolicy
+from shared.engine.egress import Blocked, EgressPolicy
 from shared.engine.ssrf import AddressPolicy, Decision
 
 __all__ = [
@@ -69,7 +69,12 @@ def _register_exit_hook() -> None:
 
 
 class AddressRefused(Exception):
-    """No address of the host may be connected to (the message says why)."""
+    """No address of the host may be connected to (the message says why; ``blocked``
+    which layer refused, for an admin)."""
+
+    def __init__(self, message: str, blocked: Blocked) -> None:
+        super().__init__(message)
+        self.blocked = blocked
 
 
 class Resolver(Protocol):
@@ -121,9 +126,15 @@ def allowed_addresses(
     decisions = [(ip, _decide(policy, egress, ip, host, port)) for ip in addresses]
     allowed = [ip for ip, decision in decisions if decision.allowed]
     if not allowed:
-        if egress is not None and any(decision.by_workspace for _, decision in decisions):
-            raise AddressRefused(egress.refusal(host))
-        raise AddressRefused(f"{host}:{port} resolves only to refused addresses")
+        refused = [decision for _, decision in decisions]
+        if egress is not None and any(decision.by_workspace for decision in refused):
+            by_workspace = next(decision for decision in refused if decision.by_workspace)
+            raise AddressRefused(egress.refusal(host), Blocked.of(by_workspace, host, port))
+        # The operator's refusal an admin can change (an allowlist entry) before metadata.
+        fixable = next((d for d in refused if d.reason != "metadata"), refused[0])
+        raise AddressRefused(
+            f"{host}:{port} resolves only to refused addresses", Blocked.of(fixable, host, port)
+        )
     return allowed
 
 

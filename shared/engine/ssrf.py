@@ -12,8 +12,10 @@ Order of the decision (``AddressPolicy.decide``):
 3. Public addresses are allowed.
 4. Everything else (loopback, RFC 1918, link-local, CGNAT, unique-local,
    unspecified, multicast, documentation, reserved, IPv6 outside 2000::/3) is
-   allowed only with ``CRANK_ALLOW_PRIVATE_UPSTREAMS`` or an allowlist entry
-   matching the destination.
+   allowed only with ``CRANK_ALLOW_PRIVATE_UPSTREAMS``, an allowlist entry
+   matching the destination, or, for loopback alone,
+   ``CRANK_ALLOW_LOOPBACK_UPSTREAMS`` (which ``crank up`` sets when it serves on
+   loopback: docs/architecture.md, "Egress per workspace").
 
 Allowlist entries (``CRANK_UPSTREAM_ALLOWLIST``): ``host:port`` (the URL's host
 name, case-insensitive, on that port), ``ip:port`` and ``ip`` (any port); an
@@ -197,7 +199,8 @@ def parse_allowlist(entries: tuple[str, ...] | list[str]) -> tuple[AllowEntry, .
 class Decision:
     allowed: bool
     category: AddressCategory
-    # "public", "allow_private", "allowlist", "metadata", "private_address"; a
+    # "public", "allow_private", "allow_loopback", "allowlist", "metadata",
+    # "private_address"; a
     # workspace's policy (shared.engine.egress) adds "workspace_hosts", "workspace_grants".
     reason: str
 
@@ -209,16 +212,24 @@ class Decision:
 
 @dataclass(frozen=True, slots=True)
 class AddressPolicy:
-    """``allow_private`` is ``CRANK_ALLOW_PRIVATE_UPSTREAMS``; ``allowlist`` the parsed entries."""
+    """``allow_private`` is ``CRANK_ALLOW_PRIVATE_UPSTREAMS``; ``allowlist`` the parsed
+    entries; ``allow_loopback`` is ``CRANK_ALLOW_LOOPBACK_UPSTREAMS``."""
 
     allow_private: bool = False
     allowlist: tuple[AllowEntry, ...] = ()
+    allow_loopback: bool = False
 
     @classmethod
     def from_settings(
-        cls, *, allow_private_upstreams: bool, upstream_allowlist: tuple[str, ...]
+        cls,
+        *,
+        allow_private_upstreams: bool,
+        upstream_allowlist: tuple[str, ...],
+        allow_loopback_upstreams: bool = False,
     ) -> AddressPolicy:
-        return cls(allow_private_upstreams, parse_allowlist(upstream_allowlist))
+        return cls(
+            allow_private_upstreams, parse_allowlist(upstream_allowlist), allow_loopback_upstreams
+        )
 
     def decide(self, ip: IPAddress | str, *, host: str, port: int) -> Decision:
         """May Crank connect to ``ip`` on ``port``, reached via the URL host ``host``?"""
@@ -230,6 +241,10 @@ class AddressPolicy:
             return Decision(True, category, "public")
         if self.allow_private:
             return Decision(True, category, "allow_private")
+        # The machine's own services, for a local run only; like allow_private, every
+        # workspace may reach them without a grant (a workspace's host list still narrows).
+        if self.allow_loopback and category is AddressCategory.LOOPBACK:
+            return Decision(True, category, "allow_loopback")
         if any(entry.matches(address, host, port) for entry in self.allowlist):
             return Decision(True, category, "allowlist")
         return Decision(False, category, "private_address")

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shared.engine.egress import Blocked
 from shared.engine.errors import Language, ToolError
 from shared.engine.masking import Masker
-from shared.engine.outbound import Delivery, OutboundError, UpstreamResponse
+from shared.engine.outbound import Delivery, OutboundError, UpstreamBlocked, UpstreamResponse
 
 
 @dataclass(slots=True)
@@ -35,6 +36,10 @@ class UpstreamFailure(ToolError):
     whether the request can have reached the upstream."""
 
     delivery: Delivery = "unknown"
+    # For upstream_blocked: which policy layer refused, for try-it's remedy only
+    # (control_plane.services.egress_remedy). Kept off ``details``, which reach call
+    # logs and approval records: which layer refused tells of the operator's settings.
+    blocked: Blocked | None = None
 
 
 def upstream_failure(exc: OutboundError, *, language: Language, masker: Masker) -> UpstreamFailure:
@@ -48,6 +53,8 @@ def upstream_failure(exc: OutboundError, *, language: Language, masker: Masker) 
             "reason": masker.text(str(exc)),
         },
     )
+    if isinstance(exc, UpstreamBlocked):
+        failure.blocked = exc.blocked
     failure.delivery = exc.delivery
     return failure
 

@@ -439,3 +439,28 @@ def test_children_get_the_gateway_url_as_the_public_url_unless_one_is_set(
     settings = Settings(public_url="https://crank.example.com")
     env = _child_env(settings, "postgresql:///crank", TEST_SECRET_KEY, 18090, gateway)
     assert env["CRANK_PUBLIC_URL"] == "https://crank.example.com"  # the user's choice stands
+
+
+@pytest.mark.parametrize(
+    ("host", "opened"),
+    [("127.0.0.1", True), ("::1", True), ("localhost", True), ("0.0.0.0", False)],  # noqa: S104
+)
+def test_served_on_loopback_the_children_may_call_loopback_upstreams(
+    monkeypatch: pytest.MonkeyPatch, host: str, opened: bool
+) -> None:
+    from control_plane.cli.up import _child_env
+    from shared.settings import Settings
+
+    monkeypatch.delenv("CRANK_ALLOW_LOOPBACK_UPSTREAMS", raising=False)
+    env = _child_env(Settings(host=host), "postgresql:///crank", TEST_SECRET_KEY, 18090)
+    assert (env.get("CRANK_ALLOW_LOOPBACK_UPSTREAMS") == "true") is opened
+    assert "CRANK_ALLOW_PRIVATE_UPSTREAMS" not in env  # other private addresses stay closed
+
+
+def test_the_users_loopback_choice_stands(monkeypatch: pytest.MonkeyPatch) -> None:
+    from control_plane.cli.up import _child_env
+    from shared.settings import Settings
+
+    monkeypatch.setenv("CRANK_ALLOW_LOOPBACK_UPSTREAMS", "false")
+    env = _child_env(Settings(), "postgresql:///crank", TEST_SECRET_KEY, 18090)
+    assert env["CRANK_ALLOW_LOOPBACK_UPSTREAMS"] == "false"

@@ -184,6 +184,7 @@ async def test_get_try_returns_request_upstream_and_selected_result(
         "structured_content": {"q": "hello", "first": {"n": 0}},
         "truncated": False,
         "details": {},
+        "remedy": None,
     }
     assert report["select"] == "{q: query.q, first: items[0]}"
     assert report["audited"] is True  # a GET can read what an internal host holds

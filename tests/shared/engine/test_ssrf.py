@@ -214,3 +214,22 @@ def test_policy_builds_from_settings_values() -> None:
     )
     assert policy.decide("127.0.0.1", host="127.0.0.1", port=8090).allowed
     assert not policy.decide("127.0.0.1", host="127.0.0.1", port=8091).allowed
+
+
+LOOPBACK = [a for a, c in CATEGORIES if c is C.LOOPBACK]
+
+
+@pytest.mark.parametrize("address", LOOPBACK)
+def test_the_loopback_switch_opens_loopback_addresses(address: str) -> None:
+    policy = AddressPolicy.from_settings(
+        allow_private_upstreams=False, upstream_allowlist=(), allow_loopback_upstreams=True
+    )
+    decision = policy.decide(address, host="localhost", port=3000)
+    assert (decision.allowed, decision.reason) == (True, "allow_loopback")
+
+
+@pytest.mark.parametrize("address", [a for a in NON_PUBLIC if a not in LOOPBACK] + METADATA)
+def test_the_loopback_switch_opens_nothing_but_loopback(address: str) -> None:
+    decision = AddressPolicy(allow_loopback=True).decide(address, host="api.example", port=443)
+    assert not decision.allowed
+    assert decision.reason in ("private_address", "metadata")
