@@ -4,7 +4,9 @@
    token and the demo keys, kept across runs.
 2. The database: ``CRANK_DATABASE_URL`` when set, else the embedded
    PostgreSQL 18 under the data directory.
-3. Migrations, the dev admin token, the demo seed (published), the demo keys.
+3. Migrations, the dev admin token, the demo seed (only the demo objects that
+   are missing and were never seeded: a user's change survives a restart),
+   the demo keys of the demo agents that exist.
 4. Child processes: the demo sales API on loopback, the control plane and
    the MCP gateway, with the demo sales API allowlisted by
    address (``CRANK_UPSTREAM_ALLOWLIST``); other private upstreams stay
@@ -46,10 +48,11 @@ from control_plane.cli.devstate import (
     save_dev_state,
 )
 from control_plane.cli.runtime import ChildFailed, Supervisor
-from control_plane.cli.seed import ensure_workspace, seed_demo
+from control_plane.cli.seed import DemoSeed, ensure_workspace, seed_demo
 from control_plane.cli.servers_cmd import control_plane_argv, gateway_argv
 from control_plane.console.sessions import sign_in_link_for_token
 from control_plane.demo import DEMO_WORKSPACE, demo_sales_port
+from control_plane.services.agents import get_agent
 from shared.crypto import KeyHasher
 from shared.db import connect
 from shared.logging import configure_logging
@@ -113,10 +116,12 @@ async def _prepare(
     await migrate(database_url)
     async with await connect(database_url) as conn:
         token = await ensure_admin_token(conn, hasher, state.admin_token)
-        plan = await seed_demo(conn, sales_port=sales_port, actor=UP_ACTOR)
+        seed = await seed_demo(conn, sales_port=sales_port, actor=UP_ACTOR)
         workspace = await ensure_workspace(conn, DEMO_WORKSPACE, UP_ACTOR)
         keys: dict[tuple[str, str], str] = {}
         for agent, kind in DEMO_KEYS:
+            if await get_agent(conn, workspace.id, agent) is None:
+                continue  # the user deleted this demo agent: no key for it
             saved = (state.agent_keys if kind == "agent" else state.approval_keys).get(agent)
             keys[agent, kind] = await ensure_api_key(
                 conn, hasher, workspace, UP_ACTOR, agent=agent, kind=kind, saved=saved
@@ -124,8 +129,20 @@ async def _prepare(
         console_code = await sign_in_link_for_token(conn, hasher, token, CONSOLE_LINK_TTL_S)
         assert console_code is not None  # ensure_admin_token has just registered it
         await conn.commit()
-    log.info("demo_seeded", changed=plan.changed)
+    _log_seed(seed)
     return Prepared(admin_token=token, keys=keys, console_code=console_code)
+
+
+def _log_seed(seed: DemoSeed) -> None:
+    if seed.created:
+        log.info("demo_seeded", created=seed.created, kept=seed.kept, deleted=seed.deleted)
+    else:
+        log.info(
+            "demo_seed_skipped",
+            reason="every demo object exists or was deleted by you; the seed never changes them",
+            kept=seed.kept,
+            deleted=seed.deleted,
+        )
 
 
 def _child_env(

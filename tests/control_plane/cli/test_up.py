@@ -276,13 +276,48 @@ def test_crank_up_serves_the_demo_and_stops_everything_on_sigint(start_crank_up:
     check_stopped(crank_up, children, found[0])
 
 
+def send_json(method: str, url: str, token: str, etag: str, body: Any = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Authorization": f"Bearer {token}", "If-Match": etag}
+    if data is not None:
+        headers["Content-Type"] = "application/json"
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)  # noqa: S310
+    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+        return response.headers["ETag"], json.loads(response.read() or b"null")
+
+
+def add_operation_as_the_quickstart_does(cp: str, token: str) -> None:
+    """Step 4 of docs/quickstart.md, through the API: currency-rates gets a second
+    operation and is published as v2."""
+    agent_url = f"{cp}/api/v1/workspaces/default/agents/currency-rates"
+    request = urllib.request.Request(agent_url, headers={"Authorization": f"Bearer {token}"})  # noqa: S310
+    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+        etag, agent = response.headers["ETag"], json.loads(response.read())
+    draft = {**agent["draft"], "operations": ["frankfurter_latest_rate", "sales_get_order"]}
+    etag, _ = send_json("PUT", agent_url, token, etag, draft)
+    _, published = send_json("POST", f"{agent_url}/publish", token, etag)
+    assert published["published_version"] == 2, published
+
+
+def audit_actors(socket_dir: str) -> list[str]:
+    with psycopg.connect(f"postgresql://postgres@/postgres?host={socket_dir}") as conn:
+        return [row[0] for row in conn.execute("SELECT actor FROM audit_log ORDER BY id")]
+
+
 @pytest.mark.timeout(300)
 def test_crank_up_again_reuses_its_credentials_and_changes_nothing(start_crank_up: Any) -> None:
+    """Nor does it undo what the user changed in between (issue #27: the quickstart's
+    step 4 was republished away by the next `./dev up`)."""
     first: CrankUp = start_crank_up()
     first_banner = first.wait_ready()
+    token_match = re.search(r"admin token\s+(crk_admin_\S+)", first_banner)
+    assert token_match is not None, first_banner
+    cp = f"http://127.0.0.1:{first.ports['control_plane']}"
+    add_operation_as_the_quickstart_does(cp, token_match[1])
     found = postmaster(first.data_dir / "pgdata")
     assert found is not None
     version_before = catalog_version(found[1])
+    audit_before = audit_actors(found[1])
     assert first.stop(signal.SIGTERM) == 0
 
     second: CrankUp = start_crank_up()
@@ -293,6 +328,13 @@ def test_crank_up_again_reuses_its_credentials_and_changes_nothing(start_crank_u
 
     assert re.findall(r"crk_\w+", second_banner) == re.findall(r"crk_\w+", first_banner)
     assert catalog_version(found[1]) == version_before
+    assert audit_actors(found[1]) == audit_before
+    status, agent = get_json(
+        f"{cp}/api/v1/workspaces/default/agents/currency-rates", token_match[1]
+    )
+    assert (status, agent["published_version"]) == (200, 2)
+    assert agent["published"]["operations"] == ["frankfurter_latest_rate", "sales_get_order"]
+    assert "demo_seed_skipped" in second.stderr_path.read_text()
     assert second.stop(signal.SIGTERM) == 0
     check_stopped(second, children, found[0])
 
