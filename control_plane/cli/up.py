@@ -41,6 +41,7 @@ from control_plane.cli.common import CliError, cli_settings
 from control_plane.cli.devdb import embedded_postgres
 from control_plane.cli.devkeys import DEMO_KEYS, ensure_admin_token, ensure_api_key
 from control_plane.cli.devstate import (
+    LOCK_FILE,
     DevState,
     data_dir,
     dev_state_path,
@@ -81,7 +82,7 @@ def _ignore_while_stopping(signum: int, frame: FrameType | None) -> None:
 @contextlib.contextmanager
 def _data_dir_lock(directory: Path) -> Iterator[None]:
     """One ``crank up`` per data directory (they would share one embedded server)."""
-    with open(directory / "up.lock", "a+") as handle:
+    with open(directory / LOCK_FILE, "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -193,11 +194,13 @@ def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:
     if settings.database_url:
         database_url = settings.database_url
         database_label = "the server in CRANK_DATABASE_URL"
+        state.database_url = ""  # the user's URL may hold a password: not copied here
     else:
         pgdata = directory / "pgdata"
         server = stack.enter_context(embedded_postgres(pgdata))
         database_url = server.url()
         database_label = f"embedded PostgreSQL 18 in {pgdata}"
+        state.database_url = database_url  # for `crank tokens` while this runs
 
     prepared = asyncio.run(_prepare(database_url, hasher, state, sales_port))
     state.admin_token = prepared.admin_token

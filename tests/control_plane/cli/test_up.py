@@ -466,3 +466,48 @@ def test_children_get_the_gateway_url_as_the_public_url_unless_one_is_set(
     settings = Settings(public_url="https://crank.example.com")
     env = _child_env(settings, "postgresql:///crank", TEST_SECRET_KEY, 18090, gateway)
     assert env["CRANK_PUBLIC_URL"] == "https://crank.example.com"  # the user's choice stands
+
+
+def run_crank(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``crank ARGS`` as a newcomer runs it next to ``crank up``: no CRANK_* but the data
+    directory."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRANK_")}
+    env["CRANK_DATA_DIR"] = str(data_dir)
+    return subprocess.run(
+        [sys.executable, "-m", "control_plane.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.timeout(180)
+def test_tokens_create_works_against_a_running_crank_up(start_crank_up: Any) -> None:
+    """Issue #27: `crank tokens create` said `CRANK_DATABASE_URL is not set` next to a
+    running `crank up`, though the CLI's 401 hint suggests it."""
+    crank_up: CrankUp = start_crank_up()
+    crank_up.wait_ready()
+    cp = f"http://127.0.0.1:{crank_up.ports['control_plane']}"
+
+    created = run_crank(
+        crank_up.data_dir, "tokens", "create", "--role", "editor", "--workspace", "default"
+    )
+
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.strip()
+    assert parse_key(token) is KeyKind.ADMIN
+    assert token not in created.stderr
+    status, me = get_json(f"{cp}/api/v1/me", token)
+    assert status == 200
+    assert [(w["slug"], w["role"]) for w in me["workspaces"]] == [("default", "editor")]
+    listed = run_crank(crank_up.data_dir, "tokens", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "editor@default" in listed.stdout
+    assert crank_up.stop(signal.SIGINT) == 0
+
+    stopped = run_crank(crank_up.data_dir, "tokens", "create", "--role", "admin")
+    assert stopped.returncode == 2
+    assert "no `crank up` with its embedded database runs" in stopped.stderr
+    assert str(crank_up.data_dir) in stopped.stderr
