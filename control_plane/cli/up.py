@@ -87,7 +87,10 @@ def _data_dir_lock(directory: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise CliError(
-                f"another `crank up` is running with data directory {directory}"
+                f"another `crank up` is running with data directory {directory}; stop it "
+                "(Ctrl-C in its terminal), or run this one with another CRANK_DATA_DIR and "
+                "free ports (CRANK_CONTROL_PLANE_PORT, CRANK_GATEWAY_PORT, "
+                "CRANK_DEMO_SALES_PORT, CRANK_METRICS_PORT)"
             ) from None
         yield
 
@@ -174,6 +177,11 @@ def _child_env(
 
 
 def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:
+    # The data directory's lock first: a second `crank up` is told about the first
+    # one, not about the ports that first one holds.
+    directory = data_dir()
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    stack.enter_context(_data_dir_lock(directory))
     sales_port = demo_sales_port()
     host = client_host(settings.host)
     _check_port_free(settings.host, settings.control_plane_port, "CRANK_CONTROL_PLANE_PORT")
@@ -181,9 +189,6 @@ def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:
     _check_port_free(settings.host, settings.gateway_port, "CRANK_GATEWAY_PORT")
     _check_port_free(settings.host, settings.metrics_port, "CRANK_METRICS_PORT")
 
-    directory = data_dir()
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    stack.enter_context(_data_dir_lock(directory))
     state = load_or_create_dev_state()
     secret_key = settings.secret_key or state.secret_key
     try:
@@ -265,6 +270,9 @@ def run(args: argparse.Namespace) -> int:
             except Shutdown as exc:
                 print(f"\ncrank up: {exc}, stopping", file=sys.stderr, flush=True)
                 return 0
+            except CliError as exc:  # the reason before "stopped", not after it
+                print(f"crank up: {exc.message}", file=sys.stderr, flush=True)
+                return exc.exit_code
             finally:
                 # The stack unwinds (children, database) with the signals ignored,
                 # so a second Ctrl-C cannot cut the cleanup short.

@@ -511,3 +511,28 @@ def test_tokens_create_works_against_a_running_crank_up(start_crank_up: Any) -> 
     assert stopped.returncode == 2
     assert "no `crank up` with its embedded database runs" in stopped.stderr
     assert str(crank_up.data_dir) in stopped.stderr
+
+
+@pytest.mark.timeout(180)
+def test_a_second_crank_up_says_why_first_and_names_crank_data_dir(start_crank_up: Any) -> None:
+    """Issue #27: the reason came after `stopped`, and was about a taken port."""
+    first: CrankUp = start_crank_up()
+    first.wait_ready()
+
+    second: CrankUp = start_crank_up()
+    code = second.process.wait(timeout=30)
+    second.stop(signal.SIGTERM)  # closes its log; it has exited already
+
+    assert code == 2
+    # Both runs append to one log file; the first one is still running, so the only
+    # `stopped` line is the second's.
+    lines = second.stderr_path.read_text().splitlines()
+    reason = next(i for i, line in enumerate(lines) if "another `crank up` is running" in line)
+    assert reason < lines.index("crank up: stopped")
+    assert lines[reason].startswith(
+        f"crank up: another `crank up` is running with data directory {first.data_dir}"
+    )
+    assert "CRANK_DATA_DIR" in lines[reason]
+    assert not any("is taken" in line for line in lines)
+    assert first.process.poll() is None
+    assert first.stop(signal.SIGINT) == 0
