@@ -53,6 +53,20 @@ def test_demo_file_has_the_documented_agents_and_safety() -> None:
     )
 
 
+def test_the_refund_arguments_an_approver_sees_carry_the_unit_and_currency() -> None:
+    """Issue #27: the approver saw `amount 1200`, with neither unit nor currency."""
+    refund = next(op for op in load_demo_file(8090).operations if op.name == "sales_create_refund")
+    properties, required = refund.input["properties"], refund.input["required"]
+
+    assert "amount" not in properties
+    assert {"amount_minor_units", "currency"} <= set(required)
+    assert "minor units" in properties["amount_minor_units"]["description"]
+    assert properties["currency"]["pattern"] == "^[A-Z]{3}$"
+    assert refund.request.body is not None
+    assert "currency: currency" in refund.request.body
+    assert "amount: amount_minor_units" in refund.request.body
+
+
 def test_every_demo_parameter_is_described() -> None:
     for op in load_demo_file(8090).operations:
         for name, schema in op.input["properties"].items():
