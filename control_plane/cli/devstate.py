@@ -16,6 +16,7 @@ deployments set ``CRANK_SECRET_KEY`` and create tokens with ``crank tokens creat
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 from pathlib import Path
@@ -27,6 +28,7 @@ from control_plane.cli.common import CliError
 from shared.keys import KeyKind, generate_key
 
 STATE_FILE = "dev-state.json"
+LOCK_FILE = "up.lock"  # held by the running `crank up` of a data directory
 
 
 class DevState(msgspec.Struct, kw_only=True):
@@ -40,6 +42,9 @@ class DevState(msgspec.Struct, kw_only=True):
     # Written by ``crank up`` once the servers listen; empty before the first run.
     control_plane_url: str = ""
     gateway_url: str = ""
+    # The embedded database's URL (a Unix socket, no password), for `crank tokens`
+    # while `crank up` runs; empty when `crank up` uses CRANK_DATABASE_URL.
+    database_url: str = ""
 
 
 _encoder = msgspec.json.Encoder()
@@ -56,6 +61,30 @@ def data_dir() -> Path:
 
 def dev_state_path() -> Path:
     return data_dir() / STATE_FILE
+
+
+def up_is_running(directory: Path | None = None) -> bool:
+    """Whether a `crank up` holds the lock of ``directory`` (default: ``data_dir()``)."""
+    try:
+        handle = open((directory or data_dir()) / LOCK_FILE, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return False
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return False
+
+
+def running_up_state() -> DevState | None:
+    """The dev state of the `crank up` running on this data directory with its
+    embedded database, or None (none runs, or it uses CRANK_DATABASE_URL)."""
+    if not up_is_running():
+        return None
+    state = load_dev_state()
+    return state if state is not None and state.database_url else None
 
 
 def load_dev_state(path: Path | None = None) -> DevState | None:

@@ -2,7 +2,10 @@
 
 This is how the first token of a deployment comes to exist (the API needs a
 token to create one), so it works from ``CRANK_DATABASE_URL`` and
-``CRANK_SECRET_KEY`` alone. Only the token goes to stdout::
+``CRANK_SECRET_KEY`` alone. Without ``CRANK_DATABASE_URL``, it uses the
+embedded database of the ``crank up`` running on this data directory, with
+the secret key that run uses (both from its 0600 dev state file), so a
+newcomer can make editor and viewer tokens. Only the token goes to stdout::
 
     TOKEN=$(crank tokens create --role admin)
 """
@@ -12,7 +15,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from control_plane.cli.common import CliError, cli_settings, key_hasher, require_database_url
+import msgspec
+
+from control_plane.cli.common import CliError, cli_settings, key_hasher, say
+from control_plane.cli.devstate import data_dir, running_up_state
 from control_plane.services.tokens import (
     IssuedToken,
     UnknownWorkspace,
@@ -22,8 +28,27 @@ from control_plane.services.tokens import (
 )
 from shared.crypto import KeyHasher
 from shared.db import connect
+from shared.settings import Settings
 
 ROLES = ("admin", "owner", "editor", "viewer")
+
+
+def _target(settings: Settings) -> tuple[str, Settings]:
+    """The database to use and the settings to hash with: CRANK_DATABASE_URL, else
+    the running `crank up`'s embedded database and secret key."""
+    if settings.database_url:
+        return settings.database_url, settings
+    state = running_up_state()
+    if state is None:
+        raise CliError(
+            "CRANK_DATABASE_URL is not set and no `crank up` with its embedded database "
+            f"runs on data directory {data_dir()}: start `crank up` (set CRANK_DATA_DIR as "
+            "it has it), or point CRANK_DATABASE_URL at Crank's PostgreSQL database"
+        )
+    say(f"crank tokens: using the database of the running `crank up` (data directory {data_dir()})")
+    return state.database_url, msgspec.structs.replace(
+        settings, secret_key=settings.secret_key or state.secret_key
+    )
 
 
 async def _create(
@@ -45,8 +70,7 @@ def create(args: argparse.Namespace) -> int:
         raise CliError("--role admin is instance-wide; leave out --workspace")
     if args.role != "admin" and args.workspace is None:
         raise CliError(f"--role {args.role} is a workspace role; add --workspace W")
-    settings = cli_settings()
-    database_url = require_database_url(settings)
+    database_url, settings = _target(cli_settings())
     hasher = key_hasher(settings)
     name = args.name or (f"{args.role}@{args.workspace}" if args.workspace else "admin")
     issued = asyncio.run(
@@ -76,22 +100,25 @@ async def _revoke(database_url: str, prefix: str) -> int:
 
 
 def list_tokens(_args: argparse.Namespace) -> int:
-    return asyncio.run(_list(require_database_url(cli_settings())))
+    return asyncio.run(_list(_target(cli_settings())[0]))
 
 
 def revoke(args: argparse.Namespace) -> int:
-    return asyncio.run(_revoke(require_database_url(cli_settings()), args.prefix))
+    return asyncio.run(_revoke(_target(cli_settings())[0], args.prefix))
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    tokens = subparsers.add_parser("tokens", help="admin tokens (straight against the database)")
+    tokens = subparsers.add_parser(
+        "tokens", help="admin tokens (straight against the database, or the running crank up's)"
+    )
     actions = tokens.add_subparsers(dest="tokens_command", required=True, metavar="ACTION")
     parser = actions.add_parser(
         "create",
         help="create an admin token and print only the token",
         description=(
             "Create an admin user holding ROLE (admin: instance-wide; owner, editor, viewer: "
-            "in --workspace) and a token for it. Needs CRANK_DATABASE_URL and CRANK_SECRET_KEY. "
+            "in --workspace) and a token for it. Needs CRANK_DATABASE_URL and CRANK_SECRET_KEY, "
+            "or a running `crank up` (its embedded database). "
             "Prints only the token, for TOKEN=$(crank tokens create ...)."
         ),
     )

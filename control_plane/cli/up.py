@@ -4,7 +4,9 @@
    token and the demo keys, kept across runs.
 2. The database: ``CRANK_DATABASE_URL`` when set, else the embedded
    PostgreSQL 18 under the data directory.
-3. Migrations, the dev admin token, the demo seed (published), the demo keys.
+3. Migrations, the dev admin token, the demo seed (only the demo objects that
+   are missing and were never seeded: a user's change survives a restart),
+   the demo keys of the demo agents that exist.
 4. Child processes: the demo sales API on loopback, the control plane and
    the MCP gateway, with the demo sales API allowlisted by
    address (``CRANK_UPSTREAM_ALLOWLIST``). Served on loopback, loopback
@@ -42,6 +44,7 @@ from control_plane.cli.common import CliError, cli_settings
 from control_plane.cli.devdb import embedded_postgres
 from control_plane.cli.devkeys import DEMO_KEYS, ensure_admin_token, ensure_api_key
 from control_plane.cli.devstate import (
+    LOCK_FILE,
     DevState,
     data_dir,
     dev_state_path,
@@ -49,10 +52,11 @@ from control_plane.cli.devstate import (
     save_dev_state,
 )
 from control_plane.cli.runtime import ChildFailed, Supervisor
-from control_plane.cli.seed import ensure_workspace, seed_demo
+from control_plane.cli.seed import DemoSeed, ensure_workspace, seed_demo
 from control_plane.cli.servers_cmd import control_plane_argv, gateway_argv
 from control_plane.console.sessions import sign_in_link_for_token
 from control_plane.demo import DEMO_WORKSPACE, demo_sales_port
+from control_plane.services.agents import get_agent
 from shared.crypto import KeyHasher
 from shared.db import connect
 from shared.logging import configure_logging
@@ -81,12 +85,15 @@ def _ignore_while_stopping(signum: int, frame: FrameType | None) -> None:
 @contextlib.contextmanager
 def _data_dir_lock(directory: Path) -> Iterator[None]:
     """One ``crank up`` per data directory (they would share one embedded server)."""
-    with open(directory / "up.lock", "a+") as handle:
+    with open(directory / LOCK_FILE, "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise CliError(
-                f"another `crank up` is running with data directory {directory}"
+                f"another `crank up` is running with data directory {directory}; stop it "
+                "(Ctrl-C in its terminal), or run this one with another CRANK_DATA_DIR and "
+                "free ports (CRANK_CONTROL_PLANE_PORT, CRANK_GATEWAY_PORT, "
+                "CRANK_DEMO_SALES_PORT, CRANK_METRICS_PORT)"
             ) from None
         yield
 
@@ -116,10 +123,12 @@ async def _prepare(
     await migrate(database_url)
     async with await connect(database_url) as conn:
         token = await ensure_admin_token(conn, hasher, state.admin_token)
-        plan = await seed_demo(conn, sales_port=sales_port, actor=UP_ACTOR)
+        seed = await seed_demo(conn, sales_port=sales_port, actor=UP_ACTOR)
         workspace = await ensure_workspace(conn, DEMO_WORKSPACE, UP_ACTOR)
         keys: dict[tuple[str, str], str] = {}
         for agent, kind in DEMO_KEYS:
+            if await get_agent(conn, workspace.id, agent) is None:
+                continue  # the user deleted this demo agent: no key for it
             saved = (state.agent_keys if kind == "agent" else state.approval_keys).get(agent)
             keys[agent, kind] = await ensure_api_key(
                 conn, hasher, workspace, UP_ACTOR, agent=agent, kind=kind, saved=saved
@@ -127,8 +136,20 @@ async def _prepare(
         console_code = await sign_in_link_for_token(conn, hasher, token, CONSOLE_LINK_TTL_S)
         assert console_code is not None  # ensure_admin_token has just registered it
         await conn.commit()
-    log.info("demo_seeded", changed=plan.changed)
+    _log_seed(seed)
     return Prepared(admin_token=token, keys=keys, console_code=console_code)
+
+
+def _log_seed(seed: DemoSeed) -> None:
+    if seed.created:
+        log.info("demo_seeded", created=seed.created, kept=seed.kept, deleted=seed.deleted)
+    else:
+        log.info(
+            "demo_seed_skipped",
+            reason="every demo object exists or was deleted by you; the seed never changes them",
+            kept=seed.kept,
+            deleted=seed.deleted,
+        )
 
 
 def _child_env(
@@ -173,6 +194,11 @@ def _is_loopback(host: str) -> bool:
 
 
 def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:
+    # The data directory's lock first: a second `crank up` is told about the first
+    # one, not about the ports that first one holds.
+    directory = data_dir()
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    stack.enter_context(_data_dir_lock(directory))
     sales_port = demo_sales_port()
     host = client_host(settings.host)
     _check_port_free(settings.host, settings.control_plane_port, "CRANK_CONTROL_PLANE_PORT")
@@ -180,9 +206,6 @@ def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:
     _check_port_free(settings.host, settings.gateway_port, "CRANK_GATEWAY_PORT")
     _check_port_free(settings.host, settings.metrics_port, "CRANK_METRICS_PORT")
 
-    directory = data_dir()
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    stack.enter_context(_data_dir_lock(directory))
     state = load_or_create_dev_state()
     secret_key = settings.secret_key or state.secret_key
     try:
@@ -193,11 +216,13 @@ def _serve(stack: contextlib.ExitStack, settings: Settings) -> int:
     if settings.database_url:
         database_url = settings.database_url
         embedded_pgdata: Path | None = None
+        state.database_url = ""  # the user's URL may hold a password: not copied here
     else:
         pgdata = directory / "pgdata"
         server = stack.enter_context(embedded_postgres(pgdata))
         database_url = server.url()
         embedded_pgdata = pgdata
+        state.database_url = database_url  # for `crank tokens` while this runs
 
     prepared = asyncio.run(_prepare(database_url, hasher, state, sales_port))
     state.admin_token = prepared.admin_token
@@ -262,6 +287,9 @@ def run(args: argparse.Namespace) -> int:
             except Shutdown as exc:
                 print(f"\ncrank up: {exc}, stopping", file=sys.stderr, flush=True)
                 return 0
+            except CliError as exc:  # the reason before "stopped", not after it
+                print(f"crank up: {exc.message}", file=sys.stderr, flush=True)
+                return exc.exit_code
             finally:
                 # The stack unwinds (children, database) with the signals ignored,
                 # so a second Ctrl-C cannot cut the cleanup short.

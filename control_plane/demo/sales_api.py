@@ -8,7 +8,9 @@ reset on every start.
     GET    /orders?customer_id=&status=   list orders, newest first
     GET    /orders/{order_id}              one order
     DELETE /orders/{order_id}              delete a draft order (409 for any other status)
-    POST   /refunds                        refund a paid order; needs Idempotency-Key:
+    POST   /refunds                        refund a paid order ({order_id, amount in minor
+                                           units, currency (optional: must be the order's),
+                                           reason}); needs Idempotency-Key:
                                            the same key and body return the same refund,
                                            the same key with another body is 409
     GET    /healthz
@@ -134,7 +136,10 @@ def _refund_body(body: Any) -> dict[str, Any] | str:
         return "amount must be a positive integer (minor units)"
     if reason not in REFUND_REASONS:
         return f"reason must be one of {', '.join(REFUND_REASONS)}"
-    return {"order_id": order_id, "amount": amount, "reason": reason}
+    currency = body.get("currency")
+    if currency is not None and not (isinstance(currency, str) and len(currency) == 3):
+        return "currency must be an ISO 4217 code such as EUR"
+    return {"order_id": order_id, "amount": amount, "currency": currency, "reason": reason}
 
 
 async def create_refund(request: web.Request) -> web.Response:
@@ -165,6 +170,10 @@ async def create_refund(request: web.Request) -> web.Response:
     if order.status != "paid":
         return _error(
             409, "order_not_refundable", f"only paid orders can be refunded; this is {order.status}"
+        )
+    if body["currency"] not in (None, order.currency):
+        return _error(
+            422, "currency_mismatch", f"this order is in {order.currency}, not {body['currency']}"
         )
     left = order.amount - order.refunded_amount
     if body["amount"] > left:

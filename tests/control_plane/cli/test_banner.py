@@ -152,7 +152,8 @@ async def _ask_for_a_refund(demo: DemoGateway, request_id: str) -> str:
     arguments = {
         "request_id": request_id,
         "order_id": "ord_456",
-        "amount": 100,
+        "amount_minor_units": 100,
+        "currency": "EUR",
         "reason": "requested_by_customer",
     }
     url = f"{demo.gateway.url}/mcp/v1/{DEMO_WORKSPACE}/sales"

@@ -8,19 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
-import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
-import tempfile
-import threading
-import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +31,9 @@ from shared.db import connect
 from shared.engine.errors import Language
 from shared.keys import KeyKind, generate_key, parse_key
 from tests.support.client_snippets import printed_curl_lines
+from tests.support.crank_up import CrankUp, postmaster
 from tests.support.db import TEST_SECRET_KEY
 from tests.support.processes import accepts_connections, descendants, free_port, running
-
-READY_TIMEOUT_S = 90
-STOP_TIMEOUT_S = 45
-READY_MARKER = "Press Ctrl-C to stop everything."
 
 
 def get_text(url: str, token: str | None = None) -> tuple[int, str]:
@@ -55,120 +46,6 @@ def get_text(url: str, token: str | None = None) -> tuple[int, str]:
 def get_json(url: str, token: str | None = None) -> tuple[int, Any]:
     status, text = get_text(url, token)
     return status, json.loads(text)
-
-
-def postmaster(pgdata: Path) -> tuple[int, str] | None:
-    """(pid, socket directory) of the embedded server, from postmaster.pid."""
-    try:
-        lines = (pgdata / "postmaster.pid").read_text().splitlines()
-    except FileNotFoundError:
-        return None
-    return int(lines[0]), lines[4]
-
-
-class CrankUp:
-    """One ``crank up`` process; its stdout is read line by line on a thread."""
-
-    def __init__(
-        self, data_dir: Path, ports: dict[str, int], extra_env: dict[str, str] | None = None
-    ) -> None:
-        self.data_dir = data_dir
-        self.ports = ports
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CRANK_")}
-        env |= {
-            "CRANK_DATA_DIR": str(data_dir),
-            "CRANK_CONTROL_PLANE_PORT": str(ports["control_plane"]),
-            "CRANK_GATEWAY_PORT": str(ports["gateway"]),
-            "CRANK_DEMO_SALES_PORT": str(ports["sales"]),
-            "CRANK_METRICS_PORT": str(ports.get("metrics", free_port())),
-            **(extra_env or {}),
-        }
-        self.stderr_path = data_dir.parent / f"{data_dir.name}-stderr.log"
-        self._stderr = self.stderr_path.open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "control_plane.cli", "up"],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-        )
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.output: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        with self.process.stdout:
-            for line in self.process.stdout:
-                self.lines.put(line)
-        self.lines.put(None)
-
-    def wait_ready(self, marker: str = READY_MARKER) -> str:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            try:
-                line = self.lines.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            if line is None:
-                break
-            self.output.append(line)
-            if marker in line:
-                return "".join(self.output)
-        pytest.fail(f"crank up did not get ready; stderr:\n{self.stderr_path.read_text()[-4000:]}")
-
-    def stop(self, sig: signal.Signals) -> int:
-        self.process.send_signal(sig)
-        try:
-            code = self.process.wait(timeout=STOP_TIMEOUT_S)
-        finally:
-            self._stderr.close()
-        return code
-
-    def kill_everything(self) -> None:
-        """Teardown after a failed test: no process may outlive it."""
-        pids = descendants(self.process.pid)
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        for pid in pids:
-            if running(pid):
-                os.kill(pid, signal.SIGKILL)
-        found = postmaster(self.data_dir / "pgdata")
-        if found and running(found[0]):
-            os.kill(found[0], signal.SIGQUIT)
-        if not self._stderr.closed:
-            self._stderr.close()
-        self._reader.join(timeout=10)
-
-
-@pytest.fixture
-def crank_data_dir() -> Iterator[Path]:
-    """A short path (the embedded server's Unix socket lives in it) outside pytest's
-    basetemp, which a concurrent pytest run on the same machine may rotate away."""
-    path = Path(tempfile.mkdtemp(prefix="crank-up-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def start_crank_up(crank_data_dir: Path) -> Iterator[Any]:
-    data_dir = crank_data_dir / "data"
-    ports = {"control_plane": free_port(), "gateway": free_port(), "sales": free_port()}
-    started: list[CrankUp] = []
-
-    def start(extra_env: dict[str, str] | None = None) -> CrankUp:
-        crank_up = CrankUp(data_dir, ports, extra_env)
-        started.append(crank_up)
-        return crank_up
-
-    yield start
-    for crank_up in started:
-        crank_up.kill_everything()
 
 
 def catalog_version(socket_dir: str) -> int:
@@ -272,13 +149,48 @@ def test_crank_up_serves_the_demo_and_stops_everything_on_sigint(start_crank_up:
     check_stopped(crank_up, children, found[0])
 
 
+def send_json(method: str, url: str, token: str, etag: str, body: Any = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Authorization": f"Bearer {token}", "If-Match": etag}
+    if data is not None:
+        headers["Content-Type"] = "application/json"
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)  # noqa: S310
+    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+        return response.headers["ETag"], json.loads(response.read() or b"null")
+
+
+def add_operation_as_the_quickstart_does(cp: str, token: str) -> None:
+    """Step 4 of docs/quickstart.md, through the API: currency-rates gets a second
+    operation and is published as v2."""
+    agent_url = f"{cp}/api/v1/workspaces/default/agents/currency-rates"
+    request = urllib.request.Request(agent_url, headers={"Authorization": f"Bearer {token}"})  # noqa: S310
+    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+        etag, agent = response.headers["ETag"], json.loads(response.read())
+    draft = {**agent["draft"], "operations": ["frankfurter_latest_rate", "sales_get_order"]}
+    etag, _ = send_json("PUT", agent_url, token, etag, draft)
+    _, published = send_json("POST", f"{agent_url}/publish", token, etag)
+    assert published["published_version"] == 2, published
+
+
+def audit_actors(socket_dir: str) -> list[str]:
+    with psycopg.connect(f"postgresql://postgres@/postgres?host={socket_dir}") as conn:
+        return [row[0] for row in conn.execute("SELECT actor FROM audit_log ORDER BY id")]
+
+
 @pytest.mark.timeout(300)
 def test_crank_up_again_reuses_its_credentials_and_changes_nothing(start_crank_up: Any) -> None:
+    """Nor does it undo what the user changed in between (issue #27: the quickstart's
+    step 4 was republished away by the next `./dev up`)."""
     first: CrankUp = start_crank_up()
     first_banner = first.wait_ready()
+    token_match = re.search(r"admin token\s+(crk_admin_\S+)", first_banner)
+    assert token_match is not None, first_banner
+    cp = f"http://127.0.0.1:{first.ports['control_plane']}"
+    add_operation_as_the_quickstart_does(cp, token_match[1])
     found = postmaster(first.data_dir / "pgdata")
     assert found is not None
     version_before = catalog_version(found[1])
+    audit_before = audit_actors(found[1])
     assert first.stop(signal.SIGTERM) == 0
 
     second: CrankUp = start_crank_up()
@@ -289,6 +201,13 @@ def test_crank_up_again_reuses_its_credentials_and_changes_nothing(start_crank_u
 
     assert re.findall(r"crk_\w+", second_banner) == re.findall(r"crk_\w+", first_banner)
     assert catalog_version(found[1]) == version_before
+    assert audit_actors(found[1]) == audit_before
+    status, agent = get_json(
+        f"{cp}/api/v1/workspaces/default/agents/currency-rates", token_match[1]
+    )
+    assert (status, agent["published_version"]) == (200, 2)
+    assert agent["published"]["operations"] == ["frankfurter_latest_rate", "sales_get_order"]
+    assert "demo_seed_skipped" in second.stderr_path.read_text()
     assert second.stop(signal.SIGTERM) == 0
     check_stopped(second, children, found[0])
 
@@ -464,3 +383,73 @@ def test_the_users_loopback_choice_stands(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("CRANK_ALLOW_LOOPBACK_UPSTREAMS", "false")
     env = _child_env(Settings(), "postgresql:///crank", TEST_SECRET_KEY, 18090)
     assert env["CRANK_ALLOW_LOOPBACK_UPSTREAMS"] == "false"
+
+
+def run_crank(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``crank ARGS`` as a newcomer runs it next to ``crank up``: no CRANK_* but the data
+    directory."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRANK_")}
+    env["CRANK_DATA_DIR"] = str(data_dir)
+    return subprocess.run(
+        [sys.executable, "-m", "control_plane.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.timeout(180)
+def test_tokens_create_works_against_a_running_crank_up(start_crank_up: Any) -> None:
+    """Issue #27: `crank tokens create` said `CRANK_DATABASE_URL is not set` next to a
+    running `crank up`, though the CLI's 401 hint suggests it."""
+    crank_up: CrankUp = start_crank_up()
+    crank_up.wait_ready()
+    cp = f"http://127.0.0.1:{crank_up.ports['control_plane']}"
+
+    created = run_crank(
+        crank_up.data_dir, "tokens", "create", "--role", "editor", "--workspace", "default"
+    )
+
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.strip()
+    assert parse_key(token) is KeyKind.ADMIN
+    assert token not in created.stderr
+    status, me = get_json(f"{cp}/api/v1/me", token)
+    assert status == 200
+    assert [(w["slug"], w["role"]) for w in me["workspaces"]] == [("default", "editor")]
+    listed = run_crank(crank_up.data_dir, "tokens", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "editor@default" in listed.stdout
+    assert crank_up.stop(signal.SIGINT) == 0
+
+    stopped = run_crank(crank_up.data_dir, "tokens", "create", "--role", "admin")
+    assert stopped.returncode == 2
+    assert "no `crank up` with its embedded database runs" in stopped.stderr
+    assert str(crank_up.data_dir) in stopped.stderr
+
+
+@pytest.mark.timeout(180)
+def test_a_second_crank_up_says_why_first_and_names_crank_data_dir(start_crank_up: Any) -> None:
+    """Issue #27: the reason came after `stopped`, and was about a taken port."""
+    first: CrankUp = start_crank_up()
+    first.wait_ready()
+
+    second: CrankUp = start_crank_up()
+    code = second.process.wait(timeout=30)
+    second.stop(signal.SIGTERM)  # closes its log; it has exited already
+
+    assert code == 2
+    # Both runs append to one log file; the first one is still running, so the only
+    # `stopped` line is the second's.
+    lines = second.stderr_path.read_text().splitlines()
+    reason = next(i for i, line in enumerate(lines) if "another `crank up` is running" in line)
+    assert reason < lines.index("crank up: stopped")
+    assert lines[reason].startswith(
+        f"crank up: another `crank up` is running with data directory {first.data_dir}"
+    )
+    assert "CRANK_DATA_DIR" in lines[reason]
+    assert not any("is taken" in line for line in lines)
+    assert first.process.poll() is None
+    assert first.stop(signal.SIGINT) == 0

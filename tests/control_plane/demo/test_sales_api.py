@@ -77,9 +77,11 @@ async def test_refund_without_idempotency_key_is_refused(sales: SalesClient) -> 
         ({**REFUND, "amount": 999_999}, 422, "amount_too_large"),
         ({**REFUND, "amount": 0}, 422, "invalid_request"),
         ({**REFUND, "reason": "because"}, 422, "invalid_request"),
+        ({**REFUND, "currency": "USD"}, 422, "currency_mismatch"),  # ord_456 is in EUR
+        ({**REFUND, "currency": 978}, 422, "invalid_request"),
     ],
 )
-async def test_refund_checks_the_order_and_amount(
+async def test_refund_checks_the_order_amount_and_currency(
     sales: SalesClient, body: dict[str, Any], status: int, error: str
 ) -> None:
     response = await sales.post("/refunds", json=body, headers={"Idempotency-Key": "k-12345678"})

@@ -1,4 +1,5 @@
-"""The demo seed: a valid file, published by ``crank seed-demo``, idempotent."""
+"""The demo seed: a valid file, published by ``crank seed-demo``, idempotent, and never
+over what a user changed."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from control_plane.cli.seed import seed_demo
+from control_plane.cli.seed import DemoSeed, seed_demo
 from control_plane.demo import demo_sales_port, load_demo_file
 from control_plane.services.apply import check_file
 from shared.db import connect
@@ -50,6 +51,20 @@ def test_demo_file_has_the_documented_agents_and_safety() -> None:
     assert {"sales_get_order", "sales_create_refund", "sales_delete_draft_order"} <= set(
         agents["sales"]
     )
+
+
+def test_the_refund_arguments_an_approver_sees_carry_the_unit_and_currency() -> None:
+    """Issue #27: the approver saw `amount 1200`, with neither unit nor currency."""
+    refund = next(op for op in load_demo_file(8090).operations if op.name == "sales_create_refund")
+    properties, required = refund.input["properties"], refund.input["required"]
+
+    assert "amount" not in properties
+    assert {"amount_minor_units", "currency"} <= set(required)
+    assert "minor units" in properties["amount_minor_units"]["description"]
+    assert properties["currency"]["pattern"] == "^[A-Z]{3}$"
+    assert refund.request.body is not None
+    assert "currency: currency" in refund.request.body
+    assert "amount: amount_minor_units" in refund.request.body
 
 
 def test_every_demo_parameter_is_described() -> None:
@@ -120,10 +135,10 @@ async def test_seeded_demo_agents_are_published(
     database_url: str, client: Client, admin_token: str
 ) -> None:
     async with await connect(database_url) as conn:
-        plan = await seed_demo(conn, sales_port=18125)
+        seed = await seed_demo(conn, sales_port=18125)
         await conn.commit()
 
-    assert plan.changed
+    assert seed.plan.changed
     for slug in ("currency-rates", "sales"):
         response = await client.get(
             f"/api/v1/workspaces/default/agents/{slug}", headers=auth(admin_token)
@@ -132,3 +147,82 @@ async def test_seeded_demo_agents_are_published(
         agent = response.json()
         assert agent["published"] is not None
         assert agent["published"]["operations"] == agent["draft"]["operations"]
+
+
+async def _seed(database_url: str) -> DemoSeed:
+    async with await connect(database_url) as conn:
+        seed = await seed_demo(conn, sales_port=18127)
+        await conn.commit()
+    return seed
+
+
+async def _audit_count(database_url: str) -> int:
+    async with await connect(database_url) as conn:
+        cur = await conn.execute("SELECT count(*) AS n FROM audit_log")
+        row = await cur.fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
+async def test_a_second_seed_keeps_what_the_user_changed_and_deleted(
+    database_url: str, client: Client, admin_token: str
+) -> None:
+    """The quickstart's step 4 (one more operation on currency-rates, published as v2),
+    and the sales agent deleted: the next seed (the next ``crank up``) writes nothing."""
+    await _seed(database_url)
+    agents = "/api/v1/workspaces/default/agents"
+    current = await client.get(f"{agents}/currency-rates", headers=auth(admin_token))
+    draft = {
+        **current.json()["draft"],
+        "operations": ["frankfurter_latest_rate", "sales_get_order"],
+    }
+    edited = await client.put(
+        f"{agents}/currency-rates", json=draft, headers=auth(admin_token, current.headers["etag"])
+    )
+    assert edited.status_code == 200, edited.text
+    published = await client.post(
+        f"{agents}/currency-rates/publish", headers=auth(admin_token, edited.headers["etag"])
+    )
+    assert published.json()["published_version"] == 2, published.text
+    sales = await client.get(f"{agents}/sales", headers=auth(admin_token))
+    deleted = await client.delete(
+        f"{agents}/sales", headers=auth(admin_token, sales.headers["etag"])
+    )
+    assert deleted.status_code == 204, deleted.text
+    before = await _snapshot(database_url)
+    audit_before = await _audit_count(database_url)
+
+    seed = await _seed(database_url)
+
+    assert seed.created == []
+    assert not seed.plan.changed
+    assert "agent currency-rates" in seed.kept
+    assert seed.deleted == ["agent sales"]
+    assert await _snapshot(database_url) == before
+    assert await _audit_count(database_url) == audit_before
+    agent = (await client.get(f"{agents}/currency-rates", headers=auth(admin_token))).json()
+    assert agent["published_version"] == 2
+    assert agent["published"]["operations"] == ["frankfurter_latest_rate", "sales_get_order"]
+    gone = await client.get(f"{agents}/sales", headers=auth(admin_token))
+    assert gone.status_code == 404
+
+
+async def test_the_seed_creates_a_demo_object_it_never_created_before(database_url: str) -> None:
+    """A database seeded before the seed kept its record (or by an older demo file that
+    lacked an object): the missing object is created, the existing ones are not touched."""
+    await _seed(database_url)
+    async with await connect(database_url) as conn:
+        await conn.execute("DELETE FROM agents WHERE slug = 'sales'")
+        await conn.execute("DELETE FROM demo_seeded")
+        await conn.commit()
+    before = await _snapshot(database_url)
+
+    seed = await _seed(database_url)
+
+    assert seed.created == ["agent sales"]
+    after = await _snapshot(database_url)
+    assert after["operations"] == before["operations"]
+    assert [a for a in after["agents"] if a["slug"] == "currency-rates"] == [
+        a for a in before["agents"] if a["slug"] == "currency-rates"
+    ]
+    assert {a["slug"] for a in after["agents"]} == {"currency-rates", "sales"}

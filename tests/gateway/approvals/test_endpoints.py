@@ -752,7 +752,8 @@ async def test_the_seed_curl_sequence_approves_and_the_worker_completes_the_refu
     arguments = {
         "request_id": "refund-ord_456-001",
         "order_id": "ord_456",
-        "amount": 1200,
+        "amount_minor_units": 1200,
+        "currency": "EUR",
         "reason": "requested_by_customer",
     }
     async with (
@@ -774,6 +775,9 @@ async def test_the_seed_curl_sequence_approves_and_the_worker_completes_the_refu
         assert listed.status_code == 200
         assert [r["id"] for r in listed.json()["items"]] == [approval_id]
         assert listed.json()["items"][0]["status"] == "pending"
+        # What the approver reads says the unit and the currency (issue #27).
+        shown = listed.json()["items"][0]["arguments"]
+        assert (shown["amount_minor_units"], shown["currency"]) == (1200, "EUR")
 
         # curl .../approvals/<approval_id>/approve -H 'Authorization: Bearer <approval_api_key>' \
         #   -H 'Content-Type: application/json' --data '{ "approve": "yes", "note": "..." }'
