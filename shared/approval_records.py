@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from shared.crypto import b64url_decode, b64url_encode
+from shared.engine.masking import Masker
 
 STATUSES: tuple[str, ...] = (
     "pending",
@@ -51,6 +52,20 @@ RECORD_COLUMNS = """id, status, tool, version, arguments, created_at, expires_at
 
 def record_of(row: dict[str, Any]) -> ApprovalRecord:
     return ApprovalRecord(**{f: row[f] for f in ApprovalRecord.__struct_fields__})
+
+
+def shown(record: ApprovalRecord, masker: Masker) -> ApprovalRecord:
+    """The record as the API and the console show it: the workspace's secrets masked in
+    the arguments, the note and the payload (docs/architecture.md, "Approval decisions").
+    Masked here, not when stored: an approved call runs with the real arguments."""
+    if not masker:
+        return record
+    return msgspec.structs.replace(
+        record,
+        arguments=masker.value(record.arguments),
+        note=None if record.note is None else masker.text(record.note),
+        response_payload=masker.value(record.response_payload),
+    )
 
 
 _ID_HEX_BYTES = 16

@@ -33,7 +33,7 @@ from __future__ import annotations
 import base64
 import functools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import msgspec
@@ -215,4 +215,10 @@ def masker_for(values: tuple[str, ...]) -> Masker:
     return _cached(values) if values else NO_SECRETS
 
 
-__all__ = ["MASK", "NO_SECRETS", "Masker", "masker_for"]
+def workspace_masker(secrets: Mapping[str, str]) -> Masker:
+    """The masker of a workspace's secrets (by name, opened): what every approval,
+    webhook and form shows of that workspace is masked with it."""
+    return masker_for(tuple(sorted(secrets.values())))
+
+
+__all__ = ["MASK", "NO_SECRETS", "Masker", "masker_for", "workspace_masker"]
