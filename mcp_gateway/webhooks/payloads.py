@@ -6,7 +6,7 @@ version, status, decided_by, note, arguments, approval_url, api_url}}``:
 ``approval_url`` is the approval on the approver inbox page (a person opens it),
 ``api_url`` its record on the approval-key endpoints (a program reads it).
 ``slack``: a Slack-compatible message, ``{text, blocks}``, naming the tool, its
-arguments, the agent that asked and a link to the approval in the inbox. Either way every string of
+arguments (in a code block no argument can close), the agent that asked and a link to the approval in the inbox. Either way every string of
 the event (arguments, the approver's note) is masked with the workspace's
 secrets first (shared.engine.masking), so no secret value leaves in a payload;
 a payload never carries a secret of its own either (the signing secret only
@@ -15,6 +15,7 @@ signs).
 
 from __future__ import annotations
 
+import re
 from typing import Any, NamedTuple
 
 import msgspec
@@ -77,9 +78,19 @@ def render(
     return _encoder.encode({"type": event_type, "timestamp": event["timestamp"], "data": data})
 
 
+_BACKTICK_PAIR = re.compile("`(?=`)")
+_ZERO_WIDTH_SPACE = "\u200b"
+
+
 def _escaped(text: str) -> str:
     """Slack's mrkdwn control characters, escaped as Slack asks."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _in_code_block(text: str) -> str:
+    """``text`` escaped for a ```` ``` ```` block: mrkdwn has no escape for a backtick, so
+    a zero-width space parts every two adjacent ones; no run of three can close the block."""
+    return _BACKTICK_PAIR.sub("`" + _ZERO_WIDTH_SPACE, _escaped(text))
 
 
 def slack_message(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -104,7 +115,7 @@ def slack_message(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
             {"type": "section", "text": {"type": "mrkdwn", "text": f"*{tool}* {headline}"}},
             {
                 "type": "section",
-                "text": {"type": "mrkdwn", "text": f"```{_escaped(arguments)}```"},
+                "text": {"type": "mrkdwn", "text": f"```{_in_code_block(arguments)}```"},
             },
             {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(details)}},
         ],

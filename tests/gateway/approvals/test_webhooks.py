@@ -300,7 +300,8 @@ async def test_the_slack_format_names_tool_arguments_asker_and_link(shop_setup: 
     )
     receiver.secret = hook["secret"]
     async with shop_setup.gateway() as gateway:
-        approval_id = await ask(gateway, shop_setup.agent_key, item=f"<b>&{TOKEN}")
+        item = f"<b>&{TOKEN} ```*bold*````` x`"
+        approval_id = await ask(gateway, shop_setup.agent_key, item=item)
 
         async def told() -> bool:
             return bool(receiver.received)
@@ -318,6 +319,11 @@ async def test_the_slack_format_names_tool_arguments_asker_and_link(shop_setup: 
     assert f"<{inbox}|{approval_id}>" in texts
     assert f"&lt;b&gt;&amp;{MASK}" in texts  # escaped for Slack's mrkdwn, the token masked
     assert "*Agent:* default/sales" in texts
+    # The arguments' code block: backticks in an argument cannot close it.
+    (code,) = [b["text"]["text"] for b in body["blocks"] if b["text"]["text"].startswith("```")]
+    assert code.endswith("}```")
+    assert "``" not in code[3:-3]
+    assert "```*bold*````` x`" in code.replace("\u200b", "")  # shown as typed
     assert TOKEN not in message.body.decode()
 
 
