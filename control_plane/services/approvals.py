@@ -21,6 +21,7 @@ from control_plane.auth import Principal, Workspace
 from control_plane.errors import Conflict, NotFound, ValidationFailed
 from shared.approval_decisions import MAX_NOTE_CHARS, Decision, decide_or_status, notify_approved
 from shared.approval_records import (
+    RECENT_COLUMNS,
     RECORD_COLUMNS,
     STATUSES,
     ApprovalRecord,
@@ -28,6 +29,7 @@ from shared.approval_records import (
     decode_cursor,
     encode_cursor,
     is_approval_id,
+    recent_identical_join,
     record_of,
     shown,
 )
@@ -143,9 +145,10 @@ async def get_approval(
         raise NotFound(f"no approval {approval_id!r} in this workspace")
     cur = await conn.execute(
         f"""SELECT r.*, a.slug AS agent
-              FROM (SELECT {RECORD_COLUMNS}, agent_id,
+              FROM (SELECT {RECORD_COLUMNS}, {RECENT_COLUMNS}, agent_id,
                            status = 'pending' AND expires_at <= now() AS overdue
-                      FROM approvals WHERE id = %s AND workspace_id = %s) r
+                      FROM approvals x {recent_identical_join("x")}
+                     WHERE id = %s AND workspace_id = %s) r
               JOIN agents a ON a.id = r.agent_id""",
         (approval_id, workspace_id),
     )
