@@ -80,6 +80,7 @@ def render(
 
 _BACKTICK_PAIR = re.compile("`(?=`)")
 _ZERO_WIDTH_SPACE = "\u200b"
+_PARTIAL_ENTITY = re.compile("&[a-z]{0,3}$")  # the start of &amp; &lt; &gt; left by a cut
 
 
 def _escaped(text: str) -> str:
@@ -98,9 +99,12 @@ def slack_message(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
     tool = _escaped(f"{data['tool']} v{data['version']}")
     asker = _escaped(f"{data['workspace']}/{data['agent']}")
     text = f"Crank: {tool} {headline} (agent {asker}, status {data['status']})"
-    arguments = msgspec.json.format(_encoder.encode(data["arguments"]), indent=2).decode()
+    formatted = msgspec.json.format(_encoder.encode(data["arguments"]), indent=2).decode()
+    # Cut after escaping, which may lengthen the text (an "&" is five characters),
+    # and never inside an entity.
+    arguments = _in_code_block(formatted)
     if len(arguments) > SLACK_ARGUMENTS_CHARS:
-        arguments = arguments[: SLACK_ARGUMENTS_CHARS - 1] + "…"
+        arguments = _PARTIAL_ENTITY.sub("", arguments[: SLACK_ARGUMENTS_CHARS - 1]) + "…"
     url = str(data["approval_url"])
     link = f"<{url}|{_escaped(str(data['approval_id']))}>" if "://" in url else _escaped(url)
     details = [f"*Agent:* {asker}", f"*Status:* {_escaped(str(data['status']))}"]
@@ -115,7 +119,7 @@ def slack_message(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
             {"type": "section", "text": {"type": "mrkdwn", "text": f"*{tool}* {headline}"}},
             {
                 "type": "section",
-                "text": {"type": "mrkdwn", "text": f"```{_in_code_block(arguments)}```"},
+                "text": {"type": "mrkdwn", "text": f"```{arguments}```"},
             },
             {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(details)}},
         ],
