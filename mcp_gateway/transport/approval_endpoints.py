@@ -16,8 +16,9 @@ before any query), unknown or another agent's (404), not pending (409, with
 its status). Every statement is scoped to the key's agent
 (mcp_gateway.approvals.store). What an answer shows of a record is masked with
 the workspace's secrets (the arguments, the note, the payload), and a note is
-masked before it is stored (docs/architecture.md, "Approval decisions"). Every refusal is a ProtocolError, answered here as
-``{"code", "message"}`` like the admin API's errors.
+masked before it is stored (docs/architecture.md, "Approval decisions"). Every
+refusal is a ProtocolError, answered here as ``{"code", "message"}`` like the
+admin API's errors.
 """
 
 from __future__ import annotations
