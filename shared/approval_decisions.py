@@ -19,7 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from shared.approval_records import RECORD_COLUMNS, ApprovalRecord, record_of
+from shared.approval_records import (
+    RECENT_COLUMNS,
+    RECORD_COLUMNS,
+    ApprovalRecord,
+    recent_identical_join,
+    record_of,
+)
 from shared.db import Connection
 
 CHANNEL = "crank_approvals"  # NOTIFY after an approval commits; the payload is ignored
@@ -47,7 +53,7 @@ async def decide(conn: Connection, decision: Decision) -> ApprovalRecord | None:
                    SET status = %(status)s, decided_at = now(), decided_by = %(by)s, note = %(note)s
                  WHERE id = %(id)s AND agent_id = %(agent_id)s
                    AND status = 'pending' AND expires_at > now()
-                RETURNING workspace_id, {RECORD_COLUMNS}
+                RETURNING workspace_id, agent_id, operation_id, arguments_hash, {RECORD_COLUMNS}
             ), audited AS (
                 INSERT INTO audit_log
                        (workspace_id, actor, action, resource_type, resource_name, details)
@@ -56,7 +62,8 @@ async def decide(conn: Connection, decision: Decision) -> ApprovalRecord | None:
                                           'agent', %(agent)s::text)
                   FROM decided
             )
-            SELECT {RECORD_COLUMNS} FROM decided""",
+            SELECT {RECORD_COLUMNS}, {RECENT_COLUMNS} FROM decided d
+                   {recent_identical_join("d")}""",
         {
             "status": decision.status,
             "by": decision.decided_by,

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from shared.crypto import b64url_decode, b64url_encode
+from shared.engine.masking import Masker
 
 STATUSES: tuple[str, ...] = (
     "pending",
@@ -26,6 +27,24 @@ STATUSES: tuple[str, ...] = (
     "completed",
     "failed",
 )
+
+
+# How far back an identical request counts as recent for the approver: a day, the
+# default outcome retention, so a repeat the model makes after its outcome was
+# delivered shows what a human decided for the same call.
+RECENT_IDENTICAL_WINDOW_S = 86400
+
+
+class RecentIdentical(msgspec.Struct, kw_only=True):
+    """The latest earlier approval of the identical call (same agent, operation,
+    version and canonical arguments) that finished in the day before this one was
+    asked for (docs/architecture.md, "Approval decisions")."""
+
+    id: str
+    status: str  # denied, expired, completed or failed
+    decided_at: datetime | None  # None: it expired unanswered
+    decided_by: str | None
+    note: str | None
 
 
 class ApprovalRecord(msgspec.Struct, kw_only=True):
@@ -43,14 +62,60 @@ class ApprovalRecord(msgspec.Struct, kw_only=True):
     note: str | None
     completed_at: datetime | None
     response_payload: Any | None  # masked when it was stored
+    recent_identical: RecentIdentical | None  # the approver's warning of a repeat
 
 
 RECORD_COLUMNS = """id, status, tool, version, arguments, created_at, expires_at, decided_at,
               decided_by, note, completed_at, response_payload"""
+_RECENT = ("id", "status", "decided_at", "decided_by", "note")
+# The columns of ``recent_identical_join``, beside RECORD_COLUMNS (renamed: no clash).
+RECENT_COLUMNS = ", ".join(f"recent.recent_{name}" for name in _RECENT)
+
+
+def recent_identical_join(row: str) -> str:
+    """``LEFT JOIN LATERAL`` the identical call's latest earlier finished approval onto the
+    approvals row aliased ``row`` (which must expose agent_id, operation_id, version,
+    arguments_hash, created_at and id). Index approvals_latest_per_call serves it."""
+    selected = ", ".join(f"p.{name} AS recent_{name}" for name in _RECENT)
+    return f"""LEFT JOIN LATERAL (
+        SELECT {selected} FROM approvals p
+         WHERE p.agent_id = {row}.agent_id AND p.operation_id = {row}.operation_id
+           AND p.version = {row}.version AND p.arguments_hash = {row}.arguments_hash
+           AND (p.created_at, p.id) < ({row}.created_at, {row}.id)
+           AND p.status IN ('denied', 'expired', 'completed', 'failed')
+           AND coalesce(p.completed_at, p.decided_at, p.expires_at)
+               > {row}.created_at - make_interval(secs => {RECENT_IDENTICAL_WINDOW_S})
+         ORDER BY p.created_at DESC, p.id DESC
+         LIMIT 1) recent ON true"""
 
 
 def record_of(row: dict[str, Any]) -> ApprovalRecord:
-    return ApprovalRecord(**{f: row[f] for f in ApprovalRecord.__struct_fields__})
+    """The record of a row read with RECORD_COLUMNS and RECENT_COLUMNS."""
+    recent = (
+        None
+        if row["recent_id"] is None
+        else RecentIdentical(**{name: row[f"recent_{name}"] for name in _RECENT})
+    )
+    fields = {f: row[f] for f in ApprovalRecord.__struct_fields__ if f != "recent_identical"}
+    return ApprovalRecord(**fields, recent_identical=recent)
+
+
+def shown(record: ApprovalRecord, masker: Masker) -> ApprovalRecord:
+    """The record as the API and the console show it: the workspace's secrets masked in
+    the arguments, the note and the payload (docs/architecture.md, "Approval decisions").
+    Masked here, not when stored: an approved call runs with the real arguments."""
+    if not masker:
+        return record
+    recent = record.recent_identical
+    if recent is not None and recent.note is not None:
+        recent = msgspec.structs.replace(recent, note=masker.text(recent.note))
+    return msgspec.structs.replace(
+        record,
+        arguments=masker.value(record.arguments),
+        note=None if record.note is None else masker.text(record.note),
+        response_payload=masker.value(record.response_payload),
+        recent_identical=recent,
+    )
 
 
 _ID_HEX_BYTES = 16

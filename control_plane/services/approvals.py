@@ -5,7 +5,9 @@ approval"); this reads them across all of a workspace's agents, newest first,
 keyset paging on ``(created_at, id)`` with the approval-key endpoints' cursor.
 A decision runs the shared statement (``shared.approval_decisions``), so an
 owner's decision obeys exactly the rules an approval key's does and is audited
-by the same statement (docs/architecture.md, "Approval decisions").
+by the same statement (docs/architecture.md, "Approval decisions"). A record
+is shown, and a note stored, with the workspace's secrets masked
+(``masker_of``), as the gateway's endpoints and webhooks do.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from control_plane.auth import Principal, Workspace
 from control_plane.errors import Conflict, NotFound, ValidationFailed
 from shared.approval_decisions import MAX_NOTE_CHARS, Decision, decide_or_status, notify_approved
 from shared.approval_records import (
+    RECENT_COLUMNS,
     RECORD_COLUMNS,
     STATUSES,
     ApprovalRecord,
@@ -26,10 +29,15 @@ from shared.approval_records import (
     decode_cursor,
     encode_cursor,
     is_approval_id,
+    recent_identical_join,
     record_of,
+    shown,
 )
+from shared.crypto import SecretBox
 from shared.db import Connection
+from shared.engine.masking import Masker, workspace_masker
 from shared.engine.spec_validation import SLUG, TOOL_NAME, FieldError
+from shared.secrets import load_secrets
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
@@ -124,15 +132,23 @@ async def list_approvals(
     )
 
 
-async def get_approval(conn: Connection, workspace_id: int, approval_id: str) -> ApprovalDetail:
-    """One approval of the workspace; NotFound for any other id."""
+async def masker_of(conn: Connection, box: SecretBox, workspace_id: int) -> Masker:
+    """The masker of the workspace's current secrets."""
+    return workspace_masker(await load_secrets(conn, box, workspace_id))
+
+
+async def get_approval(
+    conn: Connection, workspace_id: int, approval_id: str, masker: Masker
+) -> ApprovalDetail:
+    """One approval of the workspace, masked with ``masker``; NotFound for any other id."""
     if not is_approval_id(approval_id):
         raise NotFound(f"no approval {approval_id!r} in this workspace")
     cur = await conn.execute(
         f"""SELECT r.*, a.slug AS agent
-              FROM (SELECT {RECORD_COLUMNS}, agent_id,
+              FROM (SELECT {RECORD_COLUMNS}, {RECENT_COLUMNS}, agent_id,
                            status = 'pending' AND expires_at <= now() AS overdue
-                      FROM approvals WHERE id = %s AND workspace_id = %s) r
+                      FROM approvals x {recent_identical_join("x")}
+                     WHERE id = %s AND workspace_id = %s) r
               JOIN agents a ON a.id = r.agent_id""",
         (approval_id, workspace_id),
     )
@@ -140,7 +156,10 @@ async def get_approval(conn: Connection, workspace_id: int, approval_id: str) ->
     if row is None:
         raise NotFound(f"no approval {approval_id!r} in this workspace")
     return ApprovalDetail(
-        record=record_of(row), agent_id=row["agent_id"], agent=row["agent"], overdue=row["overdue"]
+        record=shown(record_of(row), masker),
+        agent_id=row["agent_id"],
+        agent=row["agent"],
+        overdue=row["overdue"],
     )
 
 
@@ -175,10 +194,14 @@ async def decide_approval(
     approval_id: str,
     status: Literal["approved", "denied"],
     note: str,
+    masker: Masker,
 ) -> ApprovalRecord:
-    """An owner's decision, audited; NotFound, NotPending (409) or ValidationFailed."""
+    """An owner's decision, audited, its note masked with ``masker`` (the record
+    answered too); NotFound, NotPending (409) or ValidationFailed."""
     stored_note = check_note(note)
-    found = await get_approval(conn, ws.id, approval_id)
+    if stored_note is not None:
+        stored_note = masker.text(stored_note)
+    found = await get_approval(conn, ws.id, approval_id, masker)
     decision = Decision(
         approval_id,
         found.agent_id,
@@ -195,4 +218,4 @@ async def decide_approval(
         raise NotPending(approval_id, outcome)
     if status == "approved":
         await notify_approved(conn)  # delivered when this transaction commits
-    return outcome
+    return shown(outcome, masker)

@@ -26,7 +26,7 @@ from shared.approval_decisions import Decision as Decision
 from shared.approval_decisions import decide as decide
 from shared.approval_decisions import decide_or_status as decide_or_status
 from shared.approval_decisions import expire as expire
-from shared.approval_records import RECORD_COLUMNS, record_of
+from shared.approval_records import RECENT_COLUMNS, RECORD_COLUMNS, recent_identical_join, record_of
 from shared.approval_records import STATUSES as STATUSES
 from shared.approval_records import ApprovalRecord as ApprovalRecord
 from shared.approval_records import BadCursor as BadCursor
@@ -62,7 +62,7 @@ class ApprovalPage(msgspec.Struct, kw_only=True):
     next_cursor: str | None
 
 
-_RECORD = RECORD_COLUMNS
+_RECORD = f"{RECORD_COLUMNS}, {RECENT_COLUMNS}"  # read with recent_identical_join("r")
 _IDENTITY = "agent_id = %s AND operation_id = %s AND version = %s AND arguments_hash = %s"
 
 
@@ -237,7 +237,8 @@ async def expire_overdue_for_agent(conn: Connection, agent_id: int) -> None:
 async def get(conn: Connection, agent_id: int, approval_id: str) -> ApprovalRecord | None:
     """One row of this agent; another agent's row is as unknown as a missing one."""
     cur = await conn.execute(
-        f"SELECT {_RECORD} FROM approvals WHERE id = %s AND agent_id = %s",
+        f"""SELECT {_RECORD} FROM approvals r {recent_identical_join("r")}
+             WHERE id = %s AND agent_id = %s""",
         (approval_id, agent_id),
     )
     row = await cur.fetchone()
@@ -250,7 +251,7 @@ async def list_page(
     """Newest first; keyset paging on (created_at, id)."""
     after = decode_cursor(cursor) if cursor else None
     cur = await conn.execute(
-        f"""SELECT {_RECORD} FROM approvals
+        f"""SELECT {_RECORD} FROM approvals r {recent_identical_join("r")}
              WHERE agent_id = %(agent)s
                AND (%(status)s::text IS NULL OR status = %(status)s)
                AND (%(at)s::timestamptz IS NULL OR (created_at, id) < (%(at)s, %(id)s))

@@ -14,8 +14,11 @@ agent (403: an agent key, another agent's key) → HTTP method (405) → the
 body (400) → the row: an id not of the shape ``approval_<32 hex>`` (404,
 before any query), unknown or another agent's (404), not pending (409, with
 its status). Every statement is scoped to the key's agent
-(mcp_gateway.approvals.store). Every refusal is a ProtocolError, answered here as
-``{"code", "message"}`` like the admin API's errors.
+(mcp_gateway.approvals.store). What an answer shows of a record is masked with
+the workspace's secrets (the arguments, the note, the payload), and a note is
+masked before it is stored (docs/architecture.md, "Approval decisions"). Every
+refusal is a ProtocolError, answered here as ``{"code", "message"}`` like the
+admin API's errors.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ from mcp_gateway.transport.auth import authenticate, bearer, checked_origin
 from mcp_gateway.transport.errors import ProtocolError
 from mcp_gateway.transport.state import GatewayState
 from shared.approval_decisions import MAX_NOTE_CHARS
+from shared.approval_records import shown
+from shared.engine.masking import workspace_masker
 from shared.keys import display_prefix
 
 log = structlog.get_logger(__name__)
@@ -122,8 +127,8 @@ async def _serve(
             decision = await _decision_body(receive, headers, action)
             return await _decide(state, agent, _known_shape(approval_id), headers, action, decision)
         if approval_id is not None:
-            return await _read(state, agent.id, _known_shape(approval_id))
-        return await _list(state, agent.id, scope)
+            return await _read(state, agent, _known_shape(approval_id))
+        return await _list(state, agent, scope)
     except psycopg.DataError:
         # A value the database refuses (the checks above should have caught it):
         # the request's fault, so 400, and logged, so the missing check gets added.
@@ -180,8 +185,10 @@ async def _decide(
     token = bearer(headers)
     assert token is not None  # authenticate found this key
     decided_by = display_prefix(token)
+    masker = workspace_masker(agent.secrets)
+    note = None if body.note is None else masker.text(body.note)  # stored and audited masked
     decision = store.Decision(
-        approval_id, agent.id, f"{agent.workspace}/{agent.slug}", status, decided_by, body.note
+        approval_id, agent.id, f"{agent.workspace}/{agent.slug}", status, decided_by, note
     )
     async with state.pool.connection() as conn:
         record = await store.decide_or_status(conn, decision)
@@ -197,19 +204,19 @@ async def _decide(
     if status == "approved":
         state.approvals.approved()  # committed: wake the workers (approvals.wakeups)
     log.info("approval_decided", approval_id=approval_id, status=status, decided_by=decided_by)
-    return _encoder.encode(record)
+    return _encoder.encode(shown(record, masker))
 
 
-async def _read(state: GatewayState, agent_id: int, approval_id: str) -> bytes:
+async def _read(state: GatewayState, agent: Agent, approval_id: str) -> bytes:
     async with state.pool.connection() as conn:
-        await store.expire(conn, agent_id, approval_id)
-        record = await store.get(conn, agent_id, approval_id)
+        await store.expire(conn, agent.id, approval_id)
+        record = await store.get(conn, agent.id, approval_id)
     if record is None:
         raise ProtocolError(404, f"no approval {approval_id} for this agent")
-    return _encoder.encode(record)
+    return _encoder.encode(shown(record, workspace_masker(agent.secrets)))
 
 
-async def _list(state: GatewayState, agent_id: int, scope: Scope) -> bytes:
+async def _list(state: GatewayState, agent: Agent, scope: Scope) -> bytes:
     query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
     status = query.get("status") or None
     if status is not None and status not in store.STATUSES:
@@ -222,9 +229,11 @@ async def _list(state: GatewayState, agent_id: int, scope: Scope) -> bytes:
     if not 1 <= limit <= store.MAX_PAGE:
         raise ProtocolError(400, f"limit must be between 1 and {store.MAX_PAGE}")
     async with state.pool.connection() as conn:
-        await store.expire_overdue_for_agent(conn, agent_id)
+        await store.expire_overdue_for_agent(conn, agent.id)
         try:
-            page = await store.list_page(conn, agent_id, status, query.get("cursor"), limit)
+            page = await store.list_page(conn, agent.id, status, query.get("cursor"), limit)
         except store.BadCursor as exc:
             raise ProtocolError(400, str(exc)) from None
+    masker = workspace_masker(agent.secrets)
+    page.items = [shown(record, masker) for record in page.items]
     return _encoder.encode(page)

@@ -27,7 +27,7 @@ from mcp_gateway.webhooks.payloads import approval_links, render
 from shared.backoff import equal_jitter
 from shared.crypto import CryptoError, Sealed, SecretBox
 from shared.db import DB_TIMEOUT_S, Connection, within
-from shared.engine.masking import masker_for
+from shared.engine.masking import workspace_masker
 from shared.engine.outbound import (
     OutboundError,
     UpstreamBlocked,
@@ -176,9 +176,8 @@ class WebhookDeliverer:
         """The body of this delivery, stored for later attempts; None when the row is
         no longer this claim's."""
         secrets = await self._workspace.secrets(row.agent_id, row.workspace_id)
-        masker = masker_for(tuple(sorted(secrets.values())))
         links = approval_links(self._options.public_url, self._options.path_prefix, row.payload)
-        body = render(row.format, row.event, row.payload, masker, links)
+        body = render(row.format, row.event, row.payload, workspace_masker(secrets), links)
         kept = await self._write(lambda conn: outbox.keep_body(conn, row, self.owner, body))
         return body if kept else None
 

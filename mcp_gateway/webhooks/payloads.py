@@ -6,7 +6,7 @@ version, status, decided_by, note, arguments, approval_url, api_url}}``:
 ``approval_url`` is the approval on the approver inbox page (a person opens it),
 ``api_url`` its record on the approval-key endpoints (a program reads it).
 ``slack``: a Slack-compatible message, ``{text, blocks}``, naming the tool, its
-arguments, the agent that asked and a link to the approval in the inbox. Either way every string of
+arguments (in a code block no argument can close), the agent that asked and a link to the approval in the inbox. Either way every string of
 the event (arguments, the approver's note) is masked with the workspace's
 secrets first (shared.engine.masking), so no secret value leaves in a payload;
 a payload never carries a secret of its own either (the signing secret only
@@ -15,6 +15,7 @@ signs).
 
 from __future__ import annotations
 
+import re
 from typing import Any, NamedTuple
 
 import msgspec
@@ -77,9 +78,20 @@ def render(
     return _encoder.encode({"type": event_type, "timestamp": event["timestamp"], "data": data})
 
 
+_BACKTICK_PAIR = re.compile("`(?=`)")
+_ZERO_WIDTH_SPACE = "\u200b"
+_PARTIAL_ENTITY = re.compile("&[a-z]{0,3}$")  # the start of &amp; &lt; &gt; left by a cut
+
+
 def _escaped(text: str) -> str:
     """Slack's mrkdwn control characters, escaped as Slack asks."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _in_code_block(text: str) -> str:
+    """``text`` escaped for a ```` ``` ```` block: mrkdwn has no escape for a backtick, so
+    a zero-width space parts every two adjacent ones; no run of three can close the block."""
+    return _BACKTICK_PAIR.sub("`" + _ZERO_WIDTH_SPACE, _escaped(text))
 
 
 def slack_message(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -87,9 +99,12 @@ def slack_message(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
     tool = _escaped(f"{data['tool']} v{data['version']}")
     asker = _escaped(f"{data['workspace']}/{data['agent']}")
     text = f"Crank: {tool} {headline} (agent {asker}, status {data['status']})"
-    arguments = msgspec.json.format(_encoder.encode(data["arguments"]), indent=2).decode()
+    formatted = msgspec.json.format(_encoder.encode(data["arguments"]), indent=2).decode()
+    # Cut after escaping, which may lengthen the text (an "&" is five characters),
+    # and never inside an entity.
+    arguments = _in_code_block(formatted)
     if len(arguments) > SLACK_ARGUMENTS_CHARS:
-        arguments = arguments[: SLACK_ARGUMENTS_CHARS - 1] + "…"
+        arguments = _PARTIAL_ENTITY.sub("", arguments[: SLACK_ARGUMENTS_CHARS - 1]) + "…"
     url = str(data["approval_url"])
     link = f"<{url}|{_escaped(str(data['approval_id']))}>" if "://" in url else _escaped(url)
     details = [f"*Agent:* {asker}", f"*Status:* {_escaped(str(data['status']))}"]
@@ -104,7 +119,7 @@ def slack_message(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
             {"type": "section", "text": {"type": "mrkdwn", "text": f"*{tool}* {headline}"}},
             {
                 "type": "section",
-                "text": {"type": "mrkdwn", "text": f"```{_escaped(arguments)}```"},
+                "text": {"type": "mrkdwn", "text": f"```{arguments}```"},
             },
             {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(details)}},
         ],

@@ -12,8 +12,10 @@ matches every spelling in which an upstream may echo a value back:
 
 Characters may mix spellings (``tok\\u002Fen%2Babc``), which covers the
 escaping of msgspec and every other JSON encoder, ``quote`` with any safe set
-and ``quote_plus``. ASCII letters and digits match only as themselves: no
-encoder escapes them. Nothing is left out for being short: a one-character
+and ``quote_plus``. ASCII letters and digits match as themselves or as a JSON
+``\\u00XX`` escape: no encoder escapes them, but an upstream may write every
+character of a string that way (``"\\u0074\\u006F..."``) and a JSON reader
+turns it back into the secret. Nothing is left out for being short: a one-character
 secret masks every occurrence of that character, which garbles the text
 rather than leak it. Not covered: a value escaped twice (JSON inside JSON)
 and base64 of a text in which the value is only a part (except
@@ -31,7 +33,7 @@ from __future__ import annotations
 import base64
 import functools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import msgspec
@@ -50,9 +52,9 @@ def _hex(text: str) -> str:
 
 def _character(char: str) -> tuple[str, int]:
     """The pattern for every spelling of one character, and the longest spelling's length."""
-    if char.isascii() and char.isalnum():
-        return char, 1
     code = ord(char)
+    if char.isascii() and char.isalnum():  # never percent-encoded, but may be JSON-escaped
+        return f"(?:\\\\u{_hex(f'{code:04x}')}|{char})", 6
     if code < 0x10000:
         units = [code]
     else:  # beyond the BMP JSON writes a surrogate pair
@@ -91,8 +93,9 @@ class Masker:
 
     def __init__(self, values: Iterable[str]) -> None:
         forms = {form for value in values if value for form in _forms(value)}
-        # Letters and digits have one spelling only, so every spelling of a form
-        # contains its longest run of them: a quick test before the pattern.
+        # Letters and digits are written as themselves unless JSON-escaped, so every
+        # spelling of a form contains its longest run of them or a "\\u": a quick
+        # test before the pattern.
         runs = [max(_ALNUM_RUN.findall(form), key=len, default="") for form in forms]
         self._anchors = tuple(sorted(set(runs))) if all(runs) else None
         alternatives: list[tuple[int, str, int]] = []
@@ -118,7 +121,7 @@ class Masker:
 
     def _may_hold(self, text: str) -> bool:
         anchors = self._anchors
-        return anchors is None or any(anchor in text for anchor in anchors)
+        return anchors is None or "\\u" in text or any(anchor in text for anchor in anchors)
 
     def text(self, text: str) -> str:
         if self._pattern is None or not self._may_hold(text):
@@ -131,9 +134,12 @@ class Masker:
         if self._pattern is None:
             return value
         # One scan of the encoded value (a string's JSON spelling still matches)
-        # spares the walk over every string in the common case.
+        # spares the walk over every string in the common case; a string holding
+        # "\\u" escapes is encoded with its backslashes doubled, so it is walked.
         encoded = _encoder.encode(value).decode("utf-8", errors="replace")
-        if not self._may_hold(encoded) or self._pattern.search(encoded) is None:
+        if not self._may_hold(encoded) or (
+            self._pattern.search(encoded) is None and "\\\\u" not in encoded
+        ):
             return value
         return self._walk(value)
 
@@ -209,4 +215,10 @@ def masker_for(values: tuple[str, ...]) -> Masker:
     return _cached(values) if values else NO_SECRETS
 
 
-__all__ = ["MASK", "NO_SECRETS", "Masker", "masker_for"]
+def workspace_masker(secrets: Mapping[str, str]) -> Masker:
+    """The masker of a workspace's secrets (by name, opened): what every approval,
+    webhook and form shows of that workspace is masked with it."""
+    return masker_for(tuple(sorted(secrets.values())))
+
+
+__all__ = ["MASK", "NO_SECRETS", "Masker", "masker_for", "workspace_masker"]

@@ -20,6 +20,13 @@ def spellings(value: str) -> dict[str, str]:
         "json ascii": json.dumps(value)[1:-1],
         "json slash": json.dumps(value)[1:-1].replace("/", "\\/"),
         "json every escaped": every,
+        # Letters and digits too, as an upstream may write a whole string (lower or upper hex).
+        "json every character escaped": "".join(f"\\u{ord(c):04x}" for c in value),
+        "json every character escaped upper": "".join(f"\\u{ord(c):04X}" for c in value),
+        "json every other letter escaped": "".join(
+            c if n % 2 and c.isascii() and c.isalnum() else f"\\u{ord(c):04X}"
+            for n, c in enumerate(value)
+        ),
         "json mixed": value.replace("/", "\\u002f").replace('"', '\\"'),
         "quote": quote(value, safe=""),
         "quote keeps slash": quote(value),

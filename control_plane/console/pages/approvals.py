@@ -26,7 +26,7 @@ from control_plane.console.listing import (
     list_page,
 )
 from control_plane.console.rendering import page
-from control_plane.deps import Caller, CurrentWorkspace, DbConn
+from control_plane.deps import Caller, CrankState, CurrentWorkspace, DbConn
 from control_plane.errors import ValidationFailed
 from control_plane.services.approvals import (
     ApprovalFilters,
@@ -35,6 +35,7 @@ from control_plane.services.approvals import (
     decide_approval,
     get_approval,
     list_approvals,
+    masker_of,
 )
 from shared.approval_decisions import MAX_NOTE_CHARS
 from shared.approval_records import STATUSES
@@ -73,6 +74,7 @@ async def _detail(
     request: Request[Any, Any, Any],
     ws: CurrentWorkspace,
     conn: DbConn,
+    app_state: CrankState,
     approval_id: str,
     *,
     status_code: int = 200,
@@ -80,7 +82,10 @@ async def _detail(
     note: str = "",
     message: str = "",
 ) -> Template:
-    found = await get_approval(conn, ws.id, approval_id)
+    # Viewers see it too: masked with the workspace's secrets, like the API's record.
+    found = await get_approval(
+        conn, ws.id, approval_id, await masker_of(conn, app_state.box, ws.id)
+    )
     return page(
         request,
         "approval.html",
@@ -98,9 +103,13 @@ async def _detail(
 
 @get("/w/{workspace:str}/approvals/{approval_id:str}", access=Role.VIEWER)
 async def approval(
-    request: Request[Any, Any, Any], ws: CurrentWorkspace, conn: DbConn, approval_id: FromPath[str]
+    request: Request[Any, Any, Any],
+    ws: CurrentWorkspace,
+    conn: DbConn,
+    app_state: CrankState,
+    approval_id: FromPath[str],
 ) -> Template:
-    return await _detail(request, ws, conn, approval_id)
+    return await _detail(request, ws, conn, app_state, approval_id)
 
 
 @post("/w/{workspace:str}/approvals/{approval_id:str}/decide", access=Role.OWNER)
@@ -109,6 +118,7 @@ async def decide(
     ws: CurrentWorkspace,
     principal: Caller,
     conn: DbConn,
+    app_state: CrankState,
     approval_id: FromPath[str],
     data: Annotated[DecisionForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
 ) -> Template | Redirect:
@@ -116,19 +126,23 @@ async def decide(
         status = _DECISIONS.get(data.decision)
         if status is None:
             raise ValidationFailed([FieldError("decision", "press Approve or Deny")])
-        await decide_approval(conn, ws, principal, approval_id, status, data.note)
+        masker = await masker_of(conn, app_state.box, ws.id)
+        await decide_approval(conn, ws, principal, approval_id, status, data.note, masker)
     except ValidationFailed as exc:
         return await _detail(
             request,
             ws,
             conn,
+            app_state,
             approval_id,
             status_code=400,
             errors=field_errors(exc),
             note=data.note,
         )
     except NotPending as exc:  # handled, not raised: an overdue row's expiry still commits
-        return await _detail(request, ws, conn, approval_id, status_code=409, message=exc.message)
+        return await _detail(
+            request, ws, conn, app_state, approval_id, status_code=409, message=exc.message
+        )
     return Redirect(f"/ui/w/{ws.slug}/approvals/{approval_id}", status_code=303)
 
 

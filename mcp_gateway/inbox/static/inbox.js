@@ -243,6 +243,27 @@
     return fields(pairs, "outcome");
   }
 
+  // An identical request (same tool, version and arguments) finished in the day
+  // before this one was asked for: the approver sees what happened to it first.
+  const BEFORE_WORDS = {
+    denied: "denied",
+    expired: "left unanswered until it expired",
+    completed: "approved, and the call completed",
+    failed: "approved, and the call failed",
+  };
+
+  function askedBefore(recent) {
+    const said = ["An identical request (the same tool, version and arguments) was "];
+    said.push(BEFORE_WORDS[recent.status] || recent.status);
+    if (recent.decided_by) said.push(" by ", el("code", {}, recent.decided_by));
+    if (recent.decided_at) said.push(" on " + when(recent.decided_at));
+    said.push(": ", el("a", { href: "#" + recent.id }, recent.id), ".");
+    const notice = el("div", { className: "asked-before", role: "note" });
+    notice.append(el("p", {}, el("strong", {}, "Asked before. "), ...said));
+    if (recent.note) notice.append(el("p", {}, "Its note: ", el("span", { className: "text" }, recent.note)));
+    return notice;
+  }
+
   // --- one approval --------------------------------------------------------
 
   function card(record, notes) {
@@ -264,9 +285,9 @@
           ? el("span", { className: "expiry", "data-expires": record.expires_at }, timeLeft(record.expires_at))
           : STATUS_WORDS[record.status] || record.status,
       ),
-      el("h4", {}, "Arguments"),
-      argumentList(record.arguments),
     );
+    if (record.recent_identical) article.append(askedBefore(record.recent_identical));
+    article.append(el("h4", {}, "Arguments"), argumentList(record.arguments));
     if (record.status === "pending") {
       article.append(decisionControls(record, notes));
     } else {

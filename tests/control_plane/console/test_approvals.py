@@ -15,7 +15,9 @@ from shared.db import connect
 from tests.support.api import Client, make_token
 from tests.support.approval_outcomes import gateway_env
 from tests.support.approvals import (
+    TOKEN,
     TOOL,
+    behind_the_trigger,
     insert_pending,
     new_key,
     publish_shop,
@@ -163,6 +165,47 @@ async def test_the_detail_shows_arguments_times_decider_note_and_result(
     assert missing.status_code == 404
     malformed = await client.get(f"{PAGE}/not-an-id")
     assert malformed.status_code == 404
+
+
+async def test_a_workspace_secret_in_arguments_note_or_payload_is_masked_for_everyone(
+    client: Client, admin_token: str, database_url: str
+) -> None:
+    await _shop(client, admin_token)  # the workspace secret SHOP_TOKEN is TOKEN
+    shown, denied = await insert_pending(database_url, 2)
+    async with await connect(database_url, autocommit=True) as conn:
+        await behind_the_trigger(
+            conn,
+            "UPDATE approvals SET arguments = %s, note = %s, response_payload = %s WHERE id = %s",
+            (
+                Jsonb({"item": f"sku {TOKEN}", "request_id": "r-1"}),
+                f"typed {TOKEN}",
+                Jsonb({"echo": TOKEN}),
+                shown,
+            ),
+        )
+    await sign_in(client, await make_token(database_url, "viewer", "default"))
+    page = await client.get(f"{PAGE}/{shown}")
+    assert page.status_code == 200
+    assert TOKEN not in page.text
+    assert "&#34;item&#34;: &#34;sku ****&#34;" in page.text
+    assert "typed ****" in page.text
+    assert "&#34;echo&#34;: &#34;****&#34;" in page.text
+
+    # An owner's note is stored, audited and shown masked.
+    csrf = await sign_in(client, await make_token(database_url, "owner", "default"))
+    answer = await client.post(
+        f"{PAGE}/{denied}/decide",
+        data={"decision": "deny", "note": f"no, {TOKEN} leaked", "_csrf": csrf},
+    )
+    assert answer.status_code == 303
+    assert (await _row(database_url, denied))["note"] == "no, **** leaked"
+    async with await connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT details FROM audit_log WHERE resource_name = %s", (denied,)
+        )
+        (audited,) = await cur.fetchall()
+    assert audited["details"]["note"] == "no, **** leaked"
+    assert TOKEN not in (await client.get(f"{PAGE}/{denied}")).text
 
 
 async def test_an_owner_approves_with_a_note_audited_and_seen_by_the_gateway(

@@ -61,6 +61,7 @@ RECORD_FIELDS = {
     "note",
     "completed_at",
     "response_payload",
+    "recent_identical",
 }
 
 

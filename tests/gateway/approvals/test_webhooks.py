@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
@@ -25,8 +26,9 @@ import httpx
 import pytest
 from psycopg.types.json import Jsonb
 
+from mcp_gateway.webhooks.payloads import ApprovalLinks, render
 from shared.db import connect
-from shared.engine.masking import MASK
+from shared.engine.masking import MASK, NO_SECRETS
 from tests.support.api import Client, auth, grant_egress
 from tests.support.approvals import TOKEN, TOOL, Shop, execute, new_key, publish_shop
 from tests.support.gateway import Gateway, run_gateway, wait_until
@@ -300,7 +302,8 @@ async def test_the_slack_format_names_tool_arguments_asker_and_link(shop_setup: 
     )
     receiver.secret = hook["secret"]
     async with shop_setup.gateway() as gateway:
-        approval_id = await ask(gateway, shop_setup.agent_key, item=f"<b>&{TOKEN}")
+        item = f"<b>&{TOKEN} ```*bold*````` x`"
+        approval_id = await ask(gateway, shop_setup.agent_key, item=item)
 
         async def told() -> bool:
             return bool(receiver.received)
@@ -318,7 +321,28 @@ async def test_the_slack_format_names_tool_arguments_asker_and_link(shop_setup: 
     assert f"<{inbox}|{approval_id}>" in texts
     assert f"&lt;b&gt;&amp;{MASK}" in texts  # escaped for Slack's mrkdwn, the token masked
     assert "*Agent:* default/sales" in texts
+    # The arguments' code block: backticks in an argument cannot close it.
+    (code,) = [b["text"]["text"] for b in body["blocks"] if b["text"]["text"].startswith("```")]
+    assert code.endswith("}```")
+    assert "``" not in code[3:-3]
+    assert "```*bold*````` x`" in code.replace("\u200b", "")  # shown as typed
     assert TOKEN not in message.body.decode()
+
+
+def test_slack_arguments_are_cut_after_escaping_and_never_inside_an_entity() -> None:
+    links = ApprovalLinks(page="/inbox#approval_x", api="/approval_x")
+    event: dict[str, Any] = {"approval_id": "approval_x", "workspace": "default"}
+    event |= {"agent": "sales", "tool": TOOL, "version": 1, "status": "pending"}
+    for filler in ("&" * 3000, "x&" * 1500, "`" * 3000):
+        body = render(
+            "slack", "approval.created", {**event, "arguments": {"a": filler}}, NO_SECRETS, links
+        )
+        texts = [block["text"]["text"] for block in json.loads(body)["blocks"]]
+        code = texts[1]
+        assert len(code) <= 3000  # a Slack section's limit
+        assert code.endswith("…```")
+        assert "``" not in code[3:-3]
+        assert re.search("&[a-z]{0,3}…", code) is None, code[-12:]
 
 
 async def test_the_trigger_enqueues_one_delivery_per_transition_and_subscribed_event(

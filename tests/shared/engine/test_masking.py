@@ -28,6 +28,18 @@ def test_a_json_escaped_base64_form_is_masked_too() -> None:
     assert Masker([value]).text(json.dumps({"a": encoded}).replace("/", "\\/")) == '{"a": "****"}'
 
 
+def test_a_secret_of_letters_and_digits_escaped_character_by_character_is_masked() -> None:
+    # No anchor (a run of letters) is left in the text: the quick test must not skip it.
+    secret = "shop-token-7f3a9c"
+    lower = "".join(f"\\u{ord(c):04x}" for c in secret)
+    upper = "".join(f"\\u{ord(c):04X}" for c in secret)
+    body = f'{{"echo": "{lower}", "again": "{upper}"}}'.encode()
+    masker = Masker([secret])
+    assert masker.text(body.decode()) == '{"echo": "****", "again": "****"}'
+    assert masker.excerpt(body, 30) == ('{"echo": "****", "again": "**…', True)
+    assert masker.value({"k": [lower]}) == {"k": [MASK]}
+
+
 def test_text_without_a_secret_is_returned_as_it_is() -> None:
     text = "nothing to hide here: tok/en, abc"
     assert Masker([SECRET]).text(text) is text
