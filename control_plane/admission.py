@@ -6,9 +6,10 @@ handler's dependencies, so access checked in a dependency would come after
 the body of a caller without a valid token had been read and decoded.
 ``admit`` is the app's ``before_request`` hook instead, and runs in order:
 
-1. the token (401): its shape first, then one look-up on a connection of its
-   own, given back before the body is read, so a slow upload holds no
-   database connection;
+1. the token (401): its shape first, then, unless the client is past its
+   limit of failed tokens (429, ``control_plane.auth``), one look-up on a
+   connection of its own, given back before the body is read, so a slow
+   upload holds no database connection;
 2. a NUL in the path or the query (400), before the path reaches a query;
 3. the access the route declares: an instance admin (403), or a role in the
    path's workspace (404 when the caller has none, 403 when it is too low);
@@ -43,6 +44,8 @@ from control_plane.auth import (
     authenticate,
     authenticate_session,
     bearer_token,
+    check_token_attempts,
+    client_address,
     load_workspace,
     require_instance_admin,
 )
@@ -85,12 +88,15 @@ async def admit(request: Request[Any, Any, Any]) -> None:
         # The credential's shape is checked before a connection is taken.
         cookie_hash = session_hash(request) if console else None
         token = None if console else bearer_token(request)
+        client = client_address(request)
+        if token is not None:
+            check_token_attempts(app_state, client)
         async with app_state.pool.connection() as conn:
             if cookie_hash is not None:
                 principal, csrf = await authenticate_session(conn, app_state, cookie_hash)
             else:
                 assert token is not None
-                principal = await authenticate(conn, app_state, token)
+                principal = await authenticate(conn, app_state, token, client)
             _check_path_and_query(request)
             workspace = None
             if access is INSTANCE_ADMIN:

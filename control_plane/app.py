@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
+from functools import partial
 
 from litestar import Litestar, Router, get
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
+from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
 from control_plane.access import check_declared_access
 from control_plane.admission import admit
 from control_plane.api_document import ValidatorConstraints, document_routes
+from control_plane.api_document.docs_page import docs_router
 from control_plane.console.router import (
     PREFIX as CONSOLE_PREFIX,
 )
@@ -25,13 +27,15 @@ from control_plane.deps import CrankState, dependencies
 from control_plane.errors import exception_handlers
 from control_plane.routes import route_handlers
 from control_plane.state import AppState
+from shared.address_limit import AddressLimit
 from shared.crypto import KeyHasher, SecretBox
 from shared.db import Connection, open_pool
 from shared.engine.outbound import ExecutorConfig, UpstreamExecutor
 from shared.engine.ssrf import AddressPolicy
+from shared.forwarded import behind_trusted_proxies
 from shared.last_use import LastUseRecorder
 from shared.logging import configure_logging
-from shared.settings import Settings, SettingsError, load_settings
+from shared.settings import Settings, SettingsError, load_settings, parse_rate_limit
 
 API_PREFIX = "/api/v1"
 SCHEMA_PATH = f"{API_PREFIX}/schema"  # the OpenAPI document and docs page, served without a token
@@ -75,6 +79,11 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 ),
                 ExecutorConfig.from_settings(settings),
             ),
+            token_failures=AddressLimit(
+                parse_rate_limit(
+                    settings.admin_token_failure_limit, "CRANK_ADMIN_TOKEN_FAILURE_LIMIT"
+                )
+            ),
         )
         await state.executor.start()
         state.token_use.start(pool)
@@ -91,12 +100,16 @@ def create_app(settings: Settings | None = None) -> Litestar:
             healthz,
             readyz,
             Router(API_PREFIX, route_handlers=route_handlers),
+            docs_router(SCHEMA_PATH),  # Swagger UI from the package, under the console's CSP
             console_router,
         ],
         template_config=template_config,
         dependencies=dependencies,
         exception_handlers=exception_handlers,
         before_request=admit,  # access, then the body (docs/architecture.md, "Request admission")
+        # The client address and scheme that trusted proxies forwarded: the failed-token
+        # limit counts by that address, the console cookie's Secure flag follows the scheme.
+        middleware=[partial(behind_trusted_proxies, trusted_proxies=settings.trusted_proxies)],
         lifespan=[lifespan],
         # Admission reads bodies under each route's own limit; this only backs it up.
         request_max_body_size=max(settings.max_body_bytes, settings.max_document_bytes),
@@ -107,10 +120,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             version="1",
             description="Admin API: operations, agents, keys, secrets, the audit log and the call log.",
             path=SCHEMA_PATH,
-            render_plugins=[
-                JsonRenderPlugin(path="/openapi.json"),
-                SwaggerRenderPlugin(path="/docs"),
-            ],
+            render_plugins=[JsonRenderPlugin(path="/openapi.json")],
             components=Components(
                 security_schemes={
                     "adminToken": SecurityScheme(

@@ -3,6 +3,12 @@
 Roles: instance admin > owner > editor > viewer. A workspace the caller has
 no role in answers 404, exactly like one that does not exist, so tokens
 cannot probe other tenants' workspace names.
+
+Each token checked costs a query, and well-formed wrong tokens are free to
+make: failed attempts are bounded per client address
+(``CRANK_ADMIN_TOKEN_FAILURE_LIMIT``, docs/architecture.md, "Request
+admission"). Past the limit a client gets 429 with ``Retry-After`` before
+any query, whatever token it sends.
 """
 
 from __future__ import annotations
@@ -13,10 +19,11 @@ from typing import Any
 
 from litestar import Request
 
-from control_plane.errors import Forbidden, NotFound, Unauthorized
+from control_plane.errors import Forbidden, NotFound, TooManyAttempts, Unauthorized
 from control_plane.state import AppState
 from shared.db import Connection
 from shared.keys import KeyKind, parse_key
+from shared.token_bucket import retry_after_s
 
 
 class Role(IntEnum):
@@ -83,9 +90,22 @@ _PRINCIPAL_COLUMNS = "t.id, t.prefix, t.hash, u.id AS user_id, u.name, u.is_inst
 _NOT_REVOKED_OR_EXPIRED = "t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())"
 
 
-async def authenticate(conn: Connection, state: AppState, token: str) -> Principal:
+def client_address(request: Request[Any, Any, Any]) -> str:
+    """The caller's address: the forwarded one behind ``CRANK_TRUSTED_PROXIES``."""
+    return request.client.host if request.client else ""
+
+
+def check_token_attempts(state: AppState, client: str) -> None:
+    """Raises TooManyAttempts (429) while ``client`` is past its failed-token limit;
+    call it before taking a connection, so a refused attempt costs nothing."""
+    wait = state.token_failures.wait_s(client)
+    if wait > 0:
+        raise TooManyAttempts(retry_after_s(wait))
+
+
+async def authenticate(conn: Connection, state: AppState, token: str, client: str) -> Principal:
     """The caller of a live admin token (from ``bearer_token``), its use recorded;
-    raises Unauthorized (401)."""
+    raises Unauthorized (401), counting the failure against ``client``."""
     cur = await conn.execute(
         f"""SELECT {_PRINCIPAL_COLUMNS}
               FROM admin_tokens t JOIN admin_users u ON u.id = t.user_id
@@ -94,6 +114,7 @@ async def authenticate(conn: Connection, state: AppState, token: str) -> Princip
     )
     row = await cur.fetchone()
     if row is None:
+        state.token_failures.take(client)
         raise Unauthorized("unknown, revoked or expired admin token")
     current = state.hasher.hash(token)
     if row["hash"] != current:  # stored under a previous CRANK_SECRET_KEY: upgrade it

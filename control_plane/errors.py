@@ -102,6 +102,19 @@ class Unauthorized(ApiError):
     code = "unauthorized"
 
 
+class TooManyAttempts(ApiError):
+    """Too many failed admin tokens from one client address (control_plane.auth)."""
+
+    status_code = 429
+    code = "too_many_attempts"
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__(
+            f"too many failed admin-token attempts from your address: try again in {retry_after_s} s"
+        )
+        self.retry_after_s = retry_after_s
+
+
 class Forbidden(ApiError):
     status_code = 403
     code = "forbidden"
@@ -153,6 +166,8 @@ def _body(code: str, message: str, errors: list[FieldError] | None = None) -> Er
 
 def api_error_handler(_request: Request[Any, Any, Any], exc: ApiError) -> Response[ErrorBody]:
     headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+    if isinstance(exc, TooManyAttempts):
+        headers = {"Retry-After": str(exc.retry_after_s)}
     body = _body(exc.code, exc.message, exc.errors)
     if isinstance(exc, LintFailed):
         body.findings = exc.findings

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from psycopg_pool import AsyncConnectionPool
 
+from shared.address_limit import AddressLimit
 from shared.crypto import KeyHasher, SecretBox
 from shared.db import Connection
 from shared.engine.outbound import UpstreamExecutor
@@ -23,3 +24,4 @@ class AppState:
     box: SecretBox
     token_use: LastUseRecorder
     executor: UpstreamExecutor  # try-it's upstream calls, behind the SSRF guard
+    token_failures: AddressLimit  # failed admin tokens per client (control_plane.auth)

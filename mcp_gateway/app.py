@@ -31,7 +31,6 @@ from typing import Any, Protocol
 
 import structlog
 from aiohttp import web
-from granian.utils.proxies import wrap_asgi_with_proxy_headers
 
 from mcp_gateway.approvals import store as approvals_store
 from mcp_gateway.approvals.expiry import ExpirySweeper
@@ -80,6 +79,7 @@ from shared.db import open_pool
 from shared.engine.outbound import ExecutorConfig, UpstreamExecutor
 from shared.engine.spec import RateLimit
 from shared.engine.ssrf import AddressPolicy
+from shared.forwarded import behind_trusted_proxies
 from shared.last_use import LastUseRecorder
 from shared.logging import configure_logging
 from shared.settings import Settings, SettingsError, load_settings, parse_rate_limit
@@ -102,11 +102,7 @@ class GatewayApp:
         self._notifications: Notifications | None = None
         # Behind the proxies it names, the client address is the one they forwarded
         # (docs/architecture.md, "Keys": the per-address look-up limit counts by it).
-        self._http = (
-            wrap_asgi_with_proxy_headers(self._serve_http, list(settings.trusted_proxies))
-            if settings.trusted_proxies
-            else self._serve_http
-        )
+        self._http = behind_trusted_proxies(self._serve_http, settings.trusted_proxies)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

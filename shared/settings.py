@@ -44,6 +44,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # per process and per client address (docs/architecture.md, "Keys").
     key_lookup_limit: str = "20/1"
     key_lookup_limit_per_address: str = "5/10"
+    # Failed admin-token attempts per client address, "REQUESTS/SECONDS" or "off": each
+    # costs the control plane a query (docs/architecture.md, "Request admission").
+    admin_token_failure_limit: str = "10/60"  # noqa: S105 (a rate, not a secret)
     # Addresses or networks of proxies whose X-Forwarded-For names the client address.
     trusted_proxies: tuple[str, ...] = ()
     mcp_max_batch_items: int = 100  # messages in one 2025-03-26 JSON-RPC batch
@@ -237,6 +240,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     settings.default_rate_limit()  # raises on a value it cannot read
     parse_rate_limit(settings.key_lookup_limit, "CRANK_KEY_LOOKUP_LIMIT")
     parse_rate_limit(settings.key_lookup_limit_per_address, "CRANK_KEY_LOOKUP_LIMIT_PER_ADDRESS")
+    parse_rate_limit(settings.admin_token_failure_limit, "CRANK_ADMIN_TOKEN_FAILURE_LIMIT")
     _check_networks(settings.trusted_proxies)
     for names, low, high in _RANGES:
         for name in names:

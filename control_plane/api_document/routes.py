@@ -6,7 +6,8 @@ Litestar documents a handler's success answer, its parameters and its body.
 Every other answer of an admin route follows from how the route is declared:
 
 - any admin route: ``400 validation_failed`` (a NUL in the path or the query,
-  a parameter out of range) and ``401`` (no valid token);
+  a parameter out of range), ``401`` (no valid token) and ``429`` (too many
+  failed tokens from the caller's address);
 - a route above the viewer role, or for instance admins: ``403``;
 - a route under ``/workspaces/{workspace}``: ``404`` (no such workspace, or no
   role in it; and whatever else the path names);
@@ -63,6 +64,7 @@ from control_plane.errors import (
     Forbidden,
     NotFound,
     PreconditionRequired,
+    TooManyAttempts,
     Unauthorized,
     ValidationFailed,
 )
@@ -84,7 +86,7 @@ def route_errors(route: HTTPRoute, handler: HTTPRouteHandler) -> list[type[ApiEr
     access = declared_access(handler)
     if access is None:
         return []
-    errors: list[type[ApiError]] = [ValidationFailed, Unauthorized]
+    errors: list[type[ApiError]] = [ValidationFailed, Unauthorized, TooManyAttempts]
     if access is INSTANCE_ADMIN or (isinstance(access, Role) and access > Role.VIEWER):
         errors.append(Forbidden)
     if WORKSPACE_PARAMETER in route.path_parameters:

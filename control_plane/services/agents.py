@@ -318,6 +318,20 @@ async def publish_agent(
     )
 
 
+async def publish_report(
+    conn: Connection, ws: Workspace, row: AgentRow, *, changed: bool
+) -> AgentPublishResult:
+    """What ``publish_agent`` reported for ``row``, read again without writing: the
+    console's page after a publish (Post/Redirect/Get) shows it from this."""
+    return AgentPublishResult(
+        agent=row,
+        published_version=row.published_version,
+        changed=changed,
+        warnings=await _catalog_warnings(conn, ws, published_state(row.draft)["operations"]),
+        findings=await lint_agent_draft(conn, ws, row.draft),
+    )
+
+
 async def unpublish_agent(
     conn: Connection, ws: Workspace, actor: str, slug: str, expected: Precondition | None
 ) -> AgentRow:

@@ -58,12 +58,12 @@ from mcp_gateway.catalog.changes import (
     read_specs,
 )
 from mcp_gateway.catalog.snapshot import Agent, Key, Snapshot, SnapshotOptions, Tool
-from mcp_gateway.vocabulary.tools import tool_definitions
 from shared.db import Connection
 from shared.engine.compiler import compile_operation
 from shared.engine.egress import EgressPolicy
 from shared.engine.errors import Language, ToolError
 from shared.engine.spec import RateLimit, operation_from_builtins
+from shared.engine.tool_definition import tool_definitions
 from shared.secrets import open_secrets
 from shared.workspace_egress import egress_from_row
 

@@ -7,27 +7,21 @@ token buckets bound that (docs/architecture.md, "Keys"):
 - per process (``CRANK_KEY_LOOKUP_LIMIT``): past it the answer is 503 with
   ``Retry-After``, the time until the bucket holds a look-up again, since a
   key created a moment ago may be among those waiting;
-- per client address (``CRANK_KEY_LOOKUP_LIMIT_PER_ADDRESS``): past it the
-  answer is the 401 of an unknown key, so one address cannot use up the
-  process's look-ups for everyone else. An IPv6 client counts by its /64
-  network: one host is usually given a whole /64 and can pick any address
-  in it.
+- per client address (``CRANK_KEY_LOOKUP_LIMIT_PER_ADDRESS``, shared.address_limit):
+  past it the answer is the 401 of an unknown key, so one address cannot use
+  up the process's look-ups for everyone else.
 
-Neither refusal makes a query. The client address is the ASGI scope's, which
-behind a proxy is the proxy's unless ``CRANK_TRUSTED_PROXIES`` names it
-(mcp_gateway.app).
+Neither refusal makes a query.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import time
 from collections.abc import Callable
 from typing import Literal, NamedTuple
 
+from shared.address_limit import AddressLimit
 from shared.token_bucket import TokenBuckets, retry_after_s
-
-_MAX_ADDRESSES = 100_000
 
 
 class Refusal(NamedTuple):
@@ -48,17 +42,12 @@ class LookupLimits:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._per_process = per_process
-        self._per_address = per_address
         self._process: TokenBuckets[None] = TokenBuckets(clock)
-        self._addresses: TokenBuckets[str] = TokenBuckets(clock, max_keys=_MAX_ADDRESSES)
+        self._addresses = AddressLimit(per_address, clock)
 
     def take(self, address: str) -> Refusal | None:
-        address_bucket = process_bucket = None
-        if self._per_address is not None:
-            capacity, rate = _size(self._per_address)
-            address_bucket = self._addresses.bucket(_client(address), capacity, rate)
-            if address_bucket.wait_s(1, rate) > 0:
-                return Refusal("address")
+        if self._addresses.wait_s(address) > 0:
+            return Refusal("address")
         if self._per_process is not None:
             capacity, rate = _size(self._per_process)
             process_bucket = self._process.bucket(None, capacity, rate)
@@ -66,19 +55,8 @@ class LookupLimits:
             if wait > 0:
                 return Refusal("process", retry_after_s(wait))
             process_bucket.take(1, capacity, rate)
-        if address_bucket is not None and self._per_address is not None:
-            address_bucket.take(1, *_size(self._per_address))
+        self._addresses.take(address)
         return None
-
-
-def _client(address: str) -> str:
-    """What one client is: its IPv4 address, or the /64 network of its IPv6 address."""
-    if ":" not in address:
-        return address
-    try:
-        return str(ipaddress.IPv6Network(f"{address}/64", strict=False))
-    except ValueError:
-        return address
 
 
 def _size(limit: tuple[int, int]) -> tuple[int, float]:

@@ -3,6 +3,7 @@
     GET {/mcp}/v1/{workspace}/{agent}/approvals/inbox            the page
     GET {/mcp}/v1/{workspace}/{agent}/approvals/inbox/inbox.js   its script
     GET {/mcp}/v1/{workspace}/{agent}/approvals/inbox/inbox.css  its stylesheet
+    GET {/mcp}/v1/{workspace}/{agent}/approvals/inbox/favicon.svg its icon (no favicon.ico 404)
 
 The files are the same for every agent and hold nothing of it: the page asks
 for the approval key in the browser and calls the approval-key endpoints
@@ -22,7 +23,9 @@ from typing import NamedTuple
 from mcp_gateway.transport.asgi import Scope, Send, respond
 from mcp_gateway.transport.errors import ProtocolError
 
-PATH = re.compile(r"^(?:/mcp)?/v1/[^/]+/[^/]+/approvals/inbox(?:/(inbox\.js|inbox\.css))?$")
+PATH = re.compile(
+    r"^(?:/mcp)?/v1/[^/]+/[^/]+/approvals/inbox(?:/(inbox\.js|inbox\.css|favicon\.svg))?$"
+)
 
 # form-action 'none': the page posts no form (its buttons call fetch).
 CONTENT_SECURITY_POLICY = (
@@ -47,11 +50,12 @@ def _load(name: str, content_type: str) -> StaticFile:
     return StaticFile((files("mcp_gateway.inbox") / "static" / name).read_bytes(), content_type)
 
 
-# Read once at import: three small files, the same for every request.
+# Read once at import: four small files, the same for every request.
 FILES: dict[str | None, StaticFile] = {
     None: _load("inbox.html", "text/html; charset=utf-8"),
     "inbox.js": _load("inbox.js", "text/javascript; charset=utf-8"),
     "inbox.css": _load("inbox.css", "text/css; charset=utf-8"),
+    "favicon.svg": _load("favicon.svg", "image/svg+xml"),
 }
 
 

@@ -100,6 +100,18 @@ def test_crank_containers_are_hardened_and_agree_on_the_prefix() -> None:
     assert service("gateway")["environment"]["CRANK_GATEWAY_WORKERS"] == "1"
 
 
+def test_the_services_honour_what_nginx_forwards() -> None:
+    """nginx sends X-Forwarded-For and -Proto; the services trust the private networks
+    (only containers reach them), so the console cookie's Secure flag follows the scheme."""
+    conf = NGINX_CONF.read_text()
+    assert "proxy_set_header X-Forwarded-Proto $scheme;" in conf
+    for name in ("control-plane", "gateway"):
+        assert "ports" not in service(name)  # reached through nginx only
+        environment = service(name)["environment"]
+        assert environment["CRANK_TRUSTED_PROXIES"] == "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16"
+        assert environment["CRANK_CONSOLE_COOKIE_SECURE"] == "${CRANK_CONSOLE_COOKIE_SECURE:-auto}"
+
+
 def test_nginx_publishes_each_path_to_its_service_unchanged_and_streams_mcp() -> None:
     (volume,) = service("proxy")["volumes"]
     mounted, target, mode = volume.split(":")

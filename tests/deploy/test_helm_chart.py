@@ -239,6 +239,12 @@ def test_the_ingress_publishes_what_the_processes_serve_under_the_path_prefix() 
         assert [p["name"] for p in services[service_name]["spec"]["ports"]] == ["http"]
 
 
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_the_console_cookie_is_secure_by_default(variant: str) -> None:
+    env = plain_env(crank_containers(objects_of(variant))["control-plane"])
+    assert env["CRANK_CONSOLE_COOKIE_SECURE"] == "always"
+
+
 def test_tls_and_service_monitor_variant() -> None:
     objects = objects_of("service-monitor-tls")
     (ingress,) = by_kind(objects, "Ingress").values()

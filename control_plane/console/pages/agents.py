@@ -37,6 +37,7 @@ from control_plane.services.agents import (
     create_agent,
     list_agents,
     publish_agent,
+    publish_report,
     published_state,
     require_agent,
     unpublish_agent,
@@ -57,6 +58,8 @@ DONE = {
     "unpublished": "Unpublished: the gateways no longer serve this agent.",
     "webhook_revoked": "Webhook subscription revoked.",
 }
+# The words a publish redirects with: the page then shows the publish's report.
+PUBLISHED = {"published": True, "unchanged": False}  # word -> whether a version was made
 
 
 def agent_path(ws: Workspace, slug: str) -> str:
@@ -218,7 +221,10 @@ async def agent(
     done: FromQuery[str] = "",
 ) -> Template:
     row = await require_agent(conn, ws, slug)
-    return await agent_page(request, ws, conn, app_state, row, done=done)
+    outcome = None
+    if done in PUBLISHED and row.published is not None:
+        outcome = await publish_report(conn, ws, row, changed=PUBLISHED[done])
+    return await agent_page(request, ws, conn, app_state, row, done=done, outcome=outcome)
 
 
 @post("/w/{workspace:str}/agents/{slug:str}", access=Role.EDITOR)
@@ -302,7 +308,7 @@ async def publish(
     conn: DbConn,
     principal: Caller,
     app_state: CrankState,
-) -> Template:
+) -> Template | Redirect:
     expected = precondition(await read_form(request))
     try:
         outcome = await publish_agent(conn, ws, principal.actor, slug, expected)
@@ -310,7 +316,8 @@ async def publish(
         if not (isinstance(exc, LintFailed) or is_stale(exc)):
             raise
         return await _refused(request, ws, conn, app_state, slug, exc)
-    return await agent_page(request, ws, conn, app_state, outcome.agent, outcome=outcome)
+    # Redirect after POST: a reload of the page shows the report, not a second publish.
+    return done_redirect(agent_path(ws, slug), "published" if outcome.changed else "unchanged")
 
 
 @post("/w/{workspace:str}/agents/{slug:str}/unpublish", access=Role.EDITOR)

@@ -134,8 +134,15 @@ async def create(
         if "expires_at" in errors:
             errors["expires_days"] = errors.pop("expires_at")
         return await _keys_page(request, ws, conn, status_code=400, errors=errors, form=submitted)
+    # The form keeps the agent and kind just used: the next key is often for the same agent.
     return await _keys_page(
-        request, ws, conn, status_code=201, issued=issued, settings=app_state.settings
+        request,
+        ws,
+        conn,
+        status_code=201,
+        issued=issued,
+        form={"agent": issued.agent, "kind": issued.kind},
+        settings=app_state.settings,
     )
 
 

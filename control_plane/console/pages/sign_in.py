@@ -17,12 +17,17 @@ from litestar.params import Body, FromQuery
 from litestar.response import Redirect, Template
 
 from control_plane.access import ANY_CALLER
-from control_plane.auth import authenticate
-from control_plane.console.guard import COOKIE, cookie_is_secure
+from control_plane.auth import (
+    authenticate,
+    authenticate_session,
+    check_token_attempts,
+    client_address,
+)
+from control_plane.console.guard import COOKIE, cookie_is_secure, session_hash
 from control_plane.console.rendering import public_page
 from control_plane.console.sessions import end_session, open_session, redeem_sign_in_link
 from control_plane.deps import Caller, CrankState
-from control_plane.errors import Unauthorized
+from control_plane.errors import TooManyAttempts, Unauthorized
 from shared.keys import KeyKind, parse_key
 
 HOME = "/ui/"
@@ -65,6 +70,17 @@ async def _signed_in(
     )
 
 
+async def _has_live_session(request: Request[Any, Any, Any], app_state: CrankState) -> bool:
+    """Whether the request carries the cookie of a session that is still valid."""
+    try:
+        cookie_hash = session_hash(request)
+        async with app_state.pool.connection() as conn:
+            await authenticate_session(conn, app_state, cookie_hash)
+    except Unauthorized:
+        return False
+    return True
+
+
 @get("/sign-in", sync_to_thread=False)
 def sign_in_page(next: FromQuery[str] = "") -> Template:
     return public_page("sign_in.html", next=_safe_next(next), error="")
@@ -77,11 +93,21 @@ async def sign_in(
     data: Annotated[SignInForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
 ) -> Response[Any]:
     token = data.token.strip()
+    client = client_address(request)
     try:
         if parse_key(token) is not KeyKind.ADMIN:
             raise Unauthorized("not an admin token")
+        check_token_attempts(app_state, client)
         async with app_state.pool.connection() as conn:
-            principal = await authenticate(conn, app_state, token)
+            principal = await authenticate(conn, app_state, token, client)
+    except TooManyAttempts as refused:
+        return public_page(
+            "sign_in.html",
+            status_code=refused.status_code,
+            headers={"Retry-After": str(refused.retry_after_s)},
+            next=_safe_next(data.next),
+            error=f"Too many failed sign-ins from your address: try again in {refused.retry_after_s} seconds.",
+        )
     except Unauthorized:
         return public_page(
             "sign_in.html",
@@ -101,6 +127,8 @@ async def sign_in_with_link(
         async with app_state.pool.connection() as conn:
             token_id = await redeem_sign_in_link(conn, code)
     if token_id is None:
+        if await _has_live_session(request, app_state):
+            return Redirect(HOME, status_code=303)  # a link opened again: already signed in
         return public_page(
             "sign_in.html",
             status_code=401,

@@ -64,6 +64,7 @@ from shared.engine.spec_validation import (
     path_variables,
     validate_operation,
 )
+from shared.engine.tool_definition import tool_definitions
 
 AnyRequest = Request[Any, Any, Any]
 _OPERATION = "/w/{workspace:str}/operations/{name:str}"
@@ -208,10 +209,23 @@ async def _step_page(
     elif step == "safety":
         view.context["values"] = safety_values(row.draft)
     else:
-        view.context["findings"] = lint_operation(_spec(row.draft))
+        spec = _spec(row.draft)
+        view.context["findings"] = lint_operation(spec)
         view.context["published"] = row.latest_version
         view.context["draft_changed"] = row.draft_changed
+        view.context.update(_summary(spec))
     return view
+
+
+def _summary(spec: OperationSpec) -> dict[str, Any]:
+    """What the review step shows before a publish: the tool exactly as tools/list will
+    show it to the model (2026-07-28), and what Crank sends and keeps of the answer."""
+    _, tool = tool_definitions(spec)
+    return {
+        "tool_json": json.dumps(tool, indent=2, ensure_ascii=False),
+        "summary_request": spec.request,
+        "summary_select": spec.response.select,
+    }
 
 
 # --- a new operation: step 1 creates the draft ---------------------------------------------
@@ -399,8 +413,10 @@ async def _review_action(
     ws = view.ws
     if action != "publish":
         return Redirect(operation_path(ws, row.name), status_code=303)
-    findings: list[Finding] = lint_operation(_spec(row.draft))
+    spec = _spec(row.draft)
+    findings: list[Finding] = lint_operation(spec)
     view.context.update(findings=findings, published=row.latest_version, revision=row.revision)
+    view.context.update(_summary(spec))
     view.context["draft_changed"] = row.draft_changed
     try:
         result = await publish_operation(

@@ -95,7 +95,10 @@ async def test_an_editor_creates_binds_publishes_with_warnings_and_unpublishes(
     published = await client.post(
         f"{path}/publish", data={"_csrf": csrf, "etag": hidden_value(page.text, "etag")}
     )
-    assert published.status_code == 200, published.text
+    # Redirect after POST: the report is on the page the browser lands on with a GET.
+    assert published.status_code == 303, published.text
+    assert published.headers["location"] == f"{path}?done=published"
+    published = await client.get(published.headers["location"])
     assert "Published as version 1" in published.text
     # The operation never published is left out of the catalog, and the page says so.
     assert published.text.count("operation_not_published") == 1

@@ -4,10 +4,14 @@ at both widths on every step."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 from playwright.async_api import Browser, expect
 
 from control_plane.cli.client import Client as CliClient
+from shared.engine.spec import operation_from_builtins
+from shared.engine.tool_definition import tool_definitions
 from tests.support.browser import browser_page, check_page
 from tests.support.cli import Server
 from tests.support.console import browser_sign_in
@@ -92,6 +96,14 @@ async def test_an_editor_builds_tries_and_publishes_an_operation_in_the_wizard(
         await page.get_by_label("Retries").press("Enter")  # Enter saves and continues
 
         await expect(page.get_by_role("heading", name="Review and publish")).to_be_visible()
+        # What the model will see, and what a call does, before anything is published.
+        await expect(page.get_by_role("heading", name="What the model will see")).to_be_visible()
+        shown_tool = json.loads(await page.locator("pre.tool-definition").inner_text())
+        summary = page.locator("dl.summary")
+        await expect(summary).to_contain_text(
+            f"GET http://127.0.0.1:{upstream.port}/orders/{{order_id}}"
+        )
+        await expect(summary.locator("dd").last).to_have_text("path")
         await check_page(page, "wizard-review")
         await page.get_by_role("button", name="Publish").click()
         await expect(page.get_by_role("alert")).to_contain_text("Published version 1.")
@@ -104,3 +116,9 @@ async def test_an_editor_builds_tries_and_publishes_an_operation_in_the_wizard(
         "The order's number, e.g. A-7."
     )
     assert stored["draft"]["execution_config"]["timeout_ms"] == 10000  # the default, kept
+    # The tool the review showed is the one tools/list serves for the published version.
+    assert shown_tool == tool_definitions(operation_from_builtins(stored["draft"]))[1]
+    assert shown_tool["name"] == "get_order"
+    assert shown_tool["inputSchema"]["properties"]["order_id"]["description"] == (
+        "The order's number, e.g. A-7."
+    )

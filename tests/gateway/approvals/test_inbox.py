@@ -101,18 +101,24 @@ async def test_the_page_is_served_with_a_strict_policy_under_both_paths(
         assert answer.content == (STATIC / "inbox.html").read_bytes()
 
 
-async def test_the_script_and_stylesheet_are_served_beside_the_page(
+async def test_the_script_stylesheet_and_icon_are_served_beside_the_page(
     http: httpx.AsyncClient,
 ) -> None:
     page = (await http.get(INBOX)).text
     # Named relative to the page, so any path prefix in front of the gateway works.
     assert '<script src="inbox/inbox.js" defer></script>' in page
     assert '<link rel="stylesheet" href="inbox/inbox.css">' in page
+    # An icon of its own, so the browser asks for no /favicon.ico (a 404 on every visit).
+    assert '<link rel="icon" href="inbox/favicon.svg" type="image/svg+xml">' in page
     for prefix in ("", "/mcp"):
-        for name, content_type in (("inbox.js", "text/javascript"), ("inbox.css", "text/css")):
+        for name, content_type in (
+            ("inbox.js", "text/javascript; charset=utf-8"),
+            ("inbox.css", "text/css; charset=utf-8"),
+            ("favicon.svg", "image/svg+xml"),
+        ):
             answer = await http.get(f"{prefix}{INBOX}/{name}")
             assert answer.status_code == 200
-            assert answer.headers["content-type"] == f"{content_type}; charset=utf-8"
+            assert answer.headers["content-type"] == content_type
             assert security_headers(answer) == EXPECTED_HEADERS
             assert answer.content == (STATIC / name).read_bytes()
 
@@ -212,9 +218,18 @@ async def test_an_approver_approves_with_a_note_and_the_repeat_call_gets_the_out
 ) -> None:
     approval_id = await ask(gateway, shopfront, "inbox")
     async with browser_page(browser) as page:
+        icons: list[int] = []  # the page's own icon: no favicon.ico asked for, no 404
+        page.on(
+            "response",
+            lambda answer: (
+                icons.append(answer.status) if answer.url.endswith("/favicon.svg") else None
+            ),
+        )
         await page.goto(gateway.url + "/mcp" + INBOX)
         await expect(page.get_by_role("heading", level=1)).to_have_text("Approvals default/sales")
         await expect(key_input(page)).to_be_focused()
+        await page.wait_for_load_state("networkidle")
+        assert icons == [200]
         await check_page(page, "inbox-key")
         # From the keyboard alone: the key, then the note and the decision.
         await page.keyboard.type(shopfront.approval_key)

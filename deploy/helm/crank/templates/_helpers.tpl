@@ -100,6 +100,8 @@ PgBouncer when it is enabled; the migration never is.
 - name: CRANK_TRUSTED_PROXIES
   value: {{ . | quote }}
 {{- end }}
+- name: CRANK_CONSOLE_COOKIE_SECURE
+  value: {{ $v.consoleCookieSecure | quote }}
 {{- with $v.extraEnv }}
 {{ toYaml . }}
 {{- end }}

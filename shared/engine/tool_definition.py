@@ -1,4 +1,6 @@
-"""An operation's published version as an MCP Tool definition, for both protocol eras.
+"""An operation's published version as an MCP Tool definition, for both protocol eras:
+what the gateway lists in tools/list, and what the console's wizard shows on its
+review step before a publish (what the model will see).
 
 Annotations follow from the method and the safety settings; the input schema
 gains ``_crank_confirmation_token`` where a confirmation is required, so that
