@@ -18,7 +18,7 @@ from mcp_gateway.pipeline.confirmation_tokens import InvalidToken
 from mcp_gateway.pipeline.context import ToolCallContext
 from mcp_gateway.pipeline.outcomes import AskHuman
 from shared.engine.errors import Language, ToolError
-from shared.engine.masking import masker_for
+from shared.engine.masking import workspace_masker
 
 log = structlog.get_logger(__name__)
 
@@ -105,7 +105,7 @@ def form_message(ctx: ToolCallContext, tool: Tool, arguments: dict[str, Any]) ->
     lines = [texts[kind].format(title=spec.title or tool.name)]
     if spec.description:
         lines.append(_cut(spec.description.strip(), _DESCRIPTION_CHARS))
-    masker = masker_for(tuple(sorted(ctx.agent.secrets.values())))
+    masker = workspace_masker(ctx.agent.secrets)
     shown = list(arguments.items())[:_MAX_ARGUMENTS_SHOWN]
     lines.append(texts["with"])
     for name, value in shown:
