@@ -96,13 +96,13 @@ _RULES: Final = (
         "description-action",
         "warning",
         "The description begins with an action.",
-        "Begin with a verb: 'Gets ...', 'Creates ...', 'Получает ...'.",
+        "Begin with a verb: 'Gets ...', 'Creates ...'.",
     ),
     Rule(
         "description-when",
         "warning",
         "The description says when to use the tool.",
-        "Add a sentence like 'Use when the user asks ...' ('Используйте, когда ...').",
+        "Add a sentence like 'Use when the user asks ...'.",
     ),
     Rule(
         "param-description",

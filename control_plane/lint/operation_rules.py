@@ -134,6 +134,16 @@ def _check_name(spec: OperationSpec, resource: str) -> Iterator[Finding]:
         )
 
 
+# Hints for a description in Russian: the output stays in English (no Russian text in an
+# English hint), and says the fix belongs in the description's own language.
+_IN_ITS_LANGUAGE: Final = {
+    "description-action": "Begin with a verb in the description's language (Russian: the "
+    "third person, as for 'Gets ...' or 'Creates ...').",
+    "description-when": "Add a sentence in the description's language that says when to use "
+    "the tool (Russian for 'Use when ...').",
+}
+
+
 def _check_description(spec: OperationSpec, resource: str) -> Iterator[Finding]:
     description = spec.description
     if not description.strip():
@@ -153,9 +163,7 @@ def _check_description(spec: OperationSpec, resource: str) -> Iterator[Finding]:
             resource,
             "description",
             f"the description does not begin with an action: {sentence!r}",
-            "Begin with the verb: 'Получает ...' / 'Creates ...'."
-            if is_russian(description)
-            else None,
+            _IN_ITS_LANGUAGE["description-action"] if is_russian(description) else None,
         )
     if not says_when(description):
         yield finding(
@@ -163,7 +171,7 @@ def _check_description(spec: OperationSpec, resource: str) -> Iterator[Finding]:
             resource,
             "description",
             "the description does not say when to use the tool",
-            "Add 'Используйте, когда ...'." if is_russian(description) else None,
+            _IN_ITS_LANGUAGE["description-when"] if is_russian(description) else None,
         )
 
 

@@ -173,7 +173,19 @@ def test_description_that_does_not_say_when_to_use_the_tool_is_a_warning() -> No
         findings = lint_operation(spec(description=description))
         assert rules(findings) == [("description-when", "description")], description
     russian = lint_operation(spec(description="Получает карточку клиента по email."))
-    assert "Используйте" in russian[0].hint
+    assert "Russian for 'Use when ...'" in russian[0].hint
+
+
+CYRILLIC = re.compile("[\u0400-\u04ff]")
+
+
+def test_english_hints_hold_no_russian_text() -> None:
+    """The linter speaks English: a Russian description gets its hints in English too."""
+    for rule in RULES.values():
+        assert not CYRILLIC.search(rule.summary + rule.hint), rule.id
+    for description in ("Карточка клиента по email.", "Получает карточку клиента по email."):
+        for found in lint_operation(spec(description=description)):
+            assert not CYRILLIC.search(found.hint), (found.rule, found.hint)
 
 
 # --- parameters ------------------------------------------------------------------------
