@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,14 @@ from mcp import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.api import Client
-from tests.support.gateway import SEED_URL_PATH, Catalog, Gateway, run_gateway, seed_catalog
+from tests.support.gateway import (
+    SEED_URL_PATH,
+    Catalog,
+    Gateway,
+    run_gateway,
+    seed_catalog,
+    wait_until,
+)
 from tests.support.metrics import served_counts, served_gauge
 
 TIMEOUT_S = 1  # CRANK_MCP_BODY_TIMEOUT_S of the gateway under test
@@ -102,6 +109,13 @@ async def sdk_works_other(gateway: Gateway, key: str) -> None:
         url = gateway.url + "/mcp/v1/default/other"
         async with McpClient(streamable_http_client(url, http_client=http)) as mcp:
             await mcp.list_tools()
+
+
+def nothing_unfinished(gateway: Gateway) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return await served_gauge(gateway.metrics_port, "crank_mcp_unfinished_bodies") == 0
+
+    return check
 
 
 async def refusals(gateway: Gateway) -> dict[str, float]:
@@ -206,3 +220,17 @@ async def test_an_approval_decision_body_that_never_arrives_gets_408(
     assert status == 408, body
     assert body["code"] == "request_timeout"
     assert (await refusals(gateway))["timeout"] == 1
+
+
+async def test_a_client_that_goes_away_mid_body_gives_its_slot_back_without_a_408(
+    setup: tuple[Catalog, Gateway],
+) -> None:
+    catalog, gateway = setup
+    for _ in range(2):  # twice the cap in all: every slot was given back
+        uploads = [await Upload.start(gateway, catalog.agent_key) for _ in range(PER_KEY)]
+        for upload in uploads:
+            await upload.send(BODY[:5])
+            await upload.close()
+        await wait_until(nothing_unfinished(gateway), timeout_s=5)
+    assert await refusals(gateway) == {"timeout": 0, "too_many_unfinished": 0}
+    await sdk_works(gateway, catalog.agent_key)
