@@ -11,9 +11,9 @@ allowed one gets CORS headers on every answer, and a preflight ``OPTIONS``
 is answered before auth, as browsers send it without credentials) → bearer
 key (401) → workspace and agent published (404) → an approval key of this
 agent (403: an agent key, another agent's key) → HTTP method (405) → the
-body (429, 408, 413: mcp_gateway.transport.body_reads; 400) → the row: an id not of the shape ``approval_<32 hex>`` (404,
-before any query), unknown or another agent's (404), not pending (409, with
-its status). Every statement is scoped to the key's agent
+body (429, 408, 413: mcp_gateway.transport.body_reads; 400) → the row: an id
+not of the shape ``approval_<32 hex>`` (404, before any query), unknown or
+another agent's (404), not pending (409, with its status). Every statement is scoped to the key's agent
 (mcp_gateway.approvals.store). Every refusal is a ProtocolError, answered here as
 ``{"code", "message"}`` like the admin API's errors.
 """
