@@ -20,6 +20,7 @@ ApiError
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import msgspec
@@ -30,6 +31,7 @@ from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
 from control_plane.lint import Finding
 from shared.engine.spec_validation import FieldError
+from shared.engine.unknown_fields import with_suggestion
 from shared.http_errors import http_error_name
 
 log = structlog.get_logger(__name__)
@@ -180,9 +182,12 @@ def api_error_handler(_request: Request[Any, Any, Any], exc: ApiError) -> Respon
 
 
 def validation_exception_handler(
-    _request: Request[Any, Any, Any], exc: ValidationException
+    request: Request[Any, Any, Any], exc: ValidationException
 ) -> Response[ErrorBody]:
-    """Litestar's body/parameter validation, in our error shape with field paths."""
+    """Litestar's body/parameter validation, in our error shape with field paths; an
+    unknown body field gets a "did you mean" from the body's type."""
+    data_field = getattr(request.route_handler, "parsed_data_field", None)
+    body_type = getattr(data_field, "annotation", None)
     errors: list[FieldError] = []
     for item in exc.extra if isinstance(exc.extra, list) else []:
         if isinstance(item, dict):
@@ -196,6 +201,9 @@ def validation_exception_handler(
                 key = ""  # the body as a whole, e.g. an unknown top-level field
                 if message == "'data'":  # Litestar's KeyError text: there was no body at all
                     message = "this request needs a JSON body; none was sent"
+            if body_type is not None:
+                with contextlib.suppress(TypeError, ValueError):  # a type msgspec cannot inspect
+                    message = with_suggestion(message, key, body_type)
             errors.append(FieldError(key, message))
     return Response(
         _body("validation_failed", exc.detail, errors), status_code=400, media_type=MediaType.JSON

@@ -52,6 +52,7 @@ from mcp_gateway.sessions.terminations import CHANNEL as SESSIONS_CHANNEL
 from mcp_gateway.sessions.terminations import Terminations
 from mcp_gateway.transport import approval_endpoints, endpoint
 from mcp_gateway.transport.asgi import Receive, Scope, Send, respond
+from mcp_gateway.transport.body_reads import BodyReads
 from mcp_gateway.transport.errors import ProtocolError
 from mcp_gateway.transport.rate_limits import RateLimiter
 from mcp_gateway.transport.state import GatewayState
@@ -64,6 +65,7 @@ from mcp_gateway.upkeep.metrics import (
     DATABASE_REACHABLE,
     SNAPSHOT_AGE,
     SNAPSHOT_VERSION,
+    UNFINISHED_BODIES,
     start_metrics_server,
 )
 from mcp_gateway.upkeep.notifications import Notifications
@@ -261,6 +263,7 @@ class GatewayApp:
         )
         pruner = Pruner(pool, settings, extra=[approvals_store.retention_rule(settings)])
         expiry = ExpirySweeper(pool)
+        body_reads = BodyReads(settings.mcp_body_timeout_s, settings.mcp_unfinished_bodies_per_key)
         backlog = BacklogGauges(pool, [approvals_store.BACKLOG_COLUMNS, outbox.BACKLOG_COLUMNS])
         for channel, callback, on_loss in (
             (CATALOG_CHANNEL, catalog.wake, True),
@@ -283,6 +286,7 @@ class GatewayApp:
         async def before_scrape() -> None:
             SNAPSHOT_AGE.set(time.monotonic() - health.last_success)
             DATABASE_REACHABLE.set(health.reachable)
+            UNFINISHED_BODIES.set(len(body_reads))
             await backlog.refresh()
 
         metrics = _MetricsServer(settings, before_scrape)
@@ -309,6 +313,7 @@ class GatewayApp:
                 ),
                 _loop("expiry", expiry),
                 _loop("retention", pruner),
+                _loop("body_reads", body_reads),
                 Service("metrics", metrics.start, metrics.stop),
                 Service("signals", lambda: _now(self._chain_signals), self._unchain_signals),
             ]
@@ -339,6 +344,7 @@ class GatewayApp:
             key_use=key_use,
             replicas=replicas,
             limiter=RateLimiter(replicas.share),
+            body_reads=body_reads,
             default_rate_limit=_rate_limit(settings),
         )
         log.info("gateway_started", snapshot_version=catalog.snapshot.version)

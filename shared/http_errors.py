@@ -15,6 +15,7 @@ HTTP_ERROR_NAMES: Mapping[int, str] = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    408: "request_timeout",
     409: "conflict",
     413: "body_too_large",
     415: "unsupported_media_type",

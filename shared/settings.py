@@ -92,6 +92,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # exporter (docs/tracing.md).
     otel_enabled: bool = False
     max_body_bytes: int = 1_048_576  # an MCP request, and an admin API route's JSON body
+    # A gateway request's body must be whole this long after its read starts, and one key
+    # may have this many bodies unfinished per process (docs/architecture.md, "Unfinished bodies").
+    mcp_body_timeout_s: int = 10
+    mcp_unfinished_bodies_per_key: int = 16
     # The body of apply and OpenAPI import (editors only), and an OpenAPI document fetched by URL.
     max_document_bytes: int = 33_554_432
     db_pool_size: int = 10
@@ -215,6 +219,8 @@ _RANGES: tuple[tuple[tuple[str, ...], int, int], ...] = (
     (("webhook_retry_base_ms",), 10, 3_600_000),
     (("webhook_max_age_s",), 1, 604_800),
     (("mcp_tools_page_size",), 1, 10_000),
+    (("mcp_body_timeout_s",), 1, 300),
+    (("mcp_unfinished_bodies_per_key",), 1, 10_000),
 )
 
 

@@ -212,7 +212,7 @@ def load_file(path: str) -> tuple[CrankFile, str]:
     try:
         return decode_file(document), name
     except msgspec.ValidationError as exc:
-        print_errors(name, [decode_error_to_field(exc)], names_of(document))
+        print_errors(name, [decode_error_to_field(exc, CrankFile)], names_of(document))
         raise _Invalid from None
 
 

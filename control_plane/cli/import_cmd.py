@@ -69,6 +69,14 @@ def _conflict_lines(conflict: ImportConflict) -> list[str]:
     return lines
 
 
+# What became of the agent's draft, after "would be " on a dry run.
+_AGENT_DONE = {
+    "create": "created as a draft",
+    "update": "updated as a draft",
+    "unchanged": "unchanged",
+}
+
+
 def render_report(report: ImportReport) -> list[str]:
     source = report.source
     kind = "Swagger 2.0" if source.openapi == "2.0" else f"OpenAPI {source.openapi}"
@@ -109,7 +117,8 @@ def render_report(report: ImportReport) -> list[str]:
     if report.agent is not None:
         agent = report.agent
         added = f", {len(agent.added)} operations bound" if agent.added else ""
-        lines.append(f"agent {agent.slug}: {verb}{agent.action}d as a draft{added}")
+        done = _AGENT_DONE[agent.action]
+        lines.append(f"agent {agent.slug}: {verb}{done}{added}")
     if report.notes:
         by_code: dict[str, list[str]] = defaultdict(list)
         messages: dict[str, str] = {}

@@ -22,6 +22,7 @@ from control_plane.lint import Finding, check_and_lint_file, has_errors
 from control_plane.lint.findings import finding
 from control_plane.lint.report import render_findings, summary
 from control_plane.services.apply import check_file
+from shared.engine.spec import CrankFile
 from shared.engine.spec_validation import decode_error_to_field
 
 EXIT_OK = 0
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         file = decode_file(document)
     except msgspec.ValidationError as exc:
-        error = decode_error_to_field(exc)
+        error = decode_error_to_field(exc, CrankFile)
         findings = [finding("spec-invalid", "file", error.field or None, error.message)]
     else:
         findings = check_and_lint_file(file, check_file(file))

@@ -21,6 +21,8 @@ param-untyped-object       warning  a free-form ``object`` parameter
 param-type-missing         warning  a parameter with no type at all
 input-top-level-combinator error    oneOf/anyOf/allOf at the root of the input
 pattern-unsupported        error    a schema regex RE2 cannot compile (backreference...)
+request-argument-unknown   error    query/body reads an argument the schema forbids
+request-argument-undeclared warning query/body reads an argument the schema does not declare
 response-select            warning  the whole upstream body goes to the model
 response-array-cap         warning  a list endpoint with max_items above 100
 response-array-fields      warning  a list endpoint that keeps every item field
@@ -94,13 +96,13 @@ _RULES: Final = (
         "description-action",
         "warning",
         "The description begins with an action.",
-        "Begin with a verb: 'Gets ...', 'Creates ...', 'Получает ...'.",
+        "Begin with a verb: 'Gets ...', 'Creates ...'.",
     ),
     Rule(
         "description-when",
         "warning",
         "The description says when to use the tool.",
-        "Add a sentence like 'Use when the user asks ...' ('Используйте, когда ...').",
+        "Add a sentence like 'Use when the user asks ...'.",
     ),
     Rule(
         "param-description",
@@ -146,6 +148,20 @@ _RULES: Final = (
         "Every schema regex compiles in RE2, the linear-time engine Crank runs them on.",
         "Rewrite the pattern without backreferences, lookahead or lookbehind (RE2 syntax; "
         "\\uXXXX escapes are accepted), or drop it and describe the format instead.",
+    ),
+    Rule(
+        "request-argument-unknown",
+        "error",
+        "request.query and request.body read only arguments the input schema declares.",
+        "Name a property of the input schema (a typo is the usual cause), or declare the "
+        "argument in input.properties.",
+    ),
+    Rule(
+        "request-argument-undeclared",
+        "warning",
+        "request.query and request.body read only arguments the input schema declares.",
+        "Declare the argument in input.properties (the model only sends what it is shown), "
+        "or fix the name.",
     ),
     Rule(
         "response-select",

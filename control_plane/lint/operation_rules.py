@@ -7,9 +7,12 @@ failed validation (``crank lint``), so a schema node may be anything.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterator
 from typing import Any, Final
+
+import jmespath.exceptions
 
 from control_plane.lint.findings import (
     MAX_LIST_ITEMS_ADVISED,
@@ -26,6 +29,7 @@ from control_plane.lint.text import (
     words,
 )
 from shared.engine.credentials import static_credentials
+from shared.engine.jmes import root_fields
 from shared.engine.spec import OperationSpec
 from shared.engine.spec_memo import memoized_by_spec
 from shared.engine.spec_validation import schema_pattern_errors
@@ -130,6 +134,16 @@ def _check_name(spec: OperationSpec, resource: str) -> Iterator[Finding]:
         )
 
 
+# Hints for a description in Russian: the output stays in English (no Russian text in an
+# English hint), and says the fix belongs in the description's own language.
+_IN_ITS_LANGUAGE: Final = {
+    "description-action": "Begin with a verb in the description's language (Russian: the "
+    "third person, as for 'Gets ...' or 'Creates ...').",
+    "description-when": "Add a sentence in the description's language that says when to use "
+    "the tool (Russian for 'Use when ...').",
+}
+
+
 def _check_description(spec: OperationSpec, resource: str) -> Iterator[Finding]:
     description = spec.description
     if not description.strip():
@@ -149,9 +163,7 @@ def _check_description(spec: OperationSpec, resource: str) -> Iterator[Finding]:
             resource,
             "description",
             f"the description does not begin with an action: {sentence!r}",
-            "Begin with the verb: 'Получает ...' / 'Creates ...'."
-            if is_russian(description)
-            else None,
+            _IN_ITS_LANGUAGE["description-action"] if is_russian(description) else None,
         )
     if not says_when(description):
         yield finding(
@@ -159,7 +171,7 @@ def _check_description(spec: OperationSpec, resource: str) -> Iterator[Finding]:
             resource,
             "description",
             "the description does not say when to use the tool",
-            "Add 'Используйте, когда ...'." if is_russian(description) else None,
+            _IN_ITS_LANGUAGE["description-when"] if is_russian(description) else None,
         )
 
 
@@ -287,6 +299,43 @@ def _check_patterns(spec: OperationSpec, resource: str) -> Iterator[Finding]:
             yield finding("pattern-unsupported", resource, error.field, error.message)
 
 
+def _mappings(spec: OperationSpec) -> Iterator[tuple[str, Any]]:
+    """(field, expression) of every JMESPath over the arguments: query values and body."""
+    for parameter, expression in (spec.request.query or {}).items():
+        yield f"request.query.{parameter}", expression
+    if spec.request.body is not None:
+        yield "request.body", spec.request.body
+
+
+def _check_mappings(spec: OperationSpec, resource: str) -> Iterator[Finding]:
+    """An argument a mapping reads but the input schema does not declare is never sent
+    by the model: always null when the schema forbids other properties (an error: the
+    query parameter or body is never sent), a likely typo otherwise (a warning)."""
+    schema = spec.input
+    properties = schema.get("properties")
+    if not isinstance(properties, dict) or any(
+        keyword in schema for keyword in (*_TOP_LEVEL_COMBINATORS, "$ref", "patternProperties")
+    ):
+        return  # where the arguments are declared is not plain to see
+    forbidden = schema.get("additionalProperties") is False
+    for field, expression in _mappings(spec):
+        try:
+            names = root_fields(expression) if isinstance(expression, str) else set()
+        except jmespath.exceptions.JMESPathError:
+            continue  # validation reports the expression itself
+        for name in sorted(names - properties.keys()):
+            close = difflib.get_close_matches(name, list(properties), n=1)
+            hint = f"Did you mean {close[0]!r}?" if close else None
+            yield finding(
+                "request-argument-unknown" if forbidden else "request-argument-undeclared",
+                resource,
+                field,
+                f"{expression!r} reads argument {name!r}, which the input schema "
+                + ("does not allow" if forbidden else "does not declare"),
+                hint,
+            )
+
+
 def is_list_endpoint(spec: OperationSpec) -> bool:
     tokens = name_tokens(spec.name)
     if tokens and tokens[0] in _LIST_NAME_VERBS:
@@ -363,6 +412,7 @@ def lint_operation(spec: OperationSpec) -> list[Finding]:
         *_check_description(spec, resource),
         *_check_input(spec, resource),
         *_check_patterns(spec, resource),
+        *_check_mappings(spec, resource),
         *_check_response(spec, resource),
         *_check_safety(spec, resource),
         *_check_credentials(spec, resource),

@@ -11,14 +11,14 @@ allowed one gets CORS headers on every answer, and a preflight ``OPTIONS``
 is answered before auth, as browsers send it without credentials) → bearer
 key (401) → workspace and agent published (404) → an approval key of this
 agent (403: an agent key, another agent's key) → HTTP method (405) → the
-body (400) → the row: an id not of the shape ``approval_<32 hex>`` (404,
-before any query), unknown or another agent's (404), not pending (409, with
-its status). Every statement is scoped to the key's agent
-(mcp_gateway.approvals.store). What an answer shows of a record is masked with
-the workspace's secrets (the arguments, the note, the payload), and a note is
-masked before it is stored (docs/architecture.md, "Approval decisions"). Every
-refusal is a ProtocolError, answered here as ``{"code", "message"}`` like the
-admin API's errors.
+body (429, 408, 413: mcp_gateway.transport.body_reads; 400) → the row: an id
+not of the shape ``approval_<32 hex>`` (404, before any query), unknown or
+another agent's (404), not pending (409, with its status). Every statement is
+scoped to the key's agent (mcp_gateway.approvals.store). What an answer shows of
+a record is masked with the workspace's secrets (the arguments, the note, the
+payload), and a note is masked before it is stored (docs/architecture.md,
+"Approval decisions"). Every refusal is a ProtocolError, answered here as
+``{"code", "message"}`` like the admin API's errors.
 """
 
 from __future__ import annotations
@@ -33,14 +33,13 @@ import structlog
 
 from mcp_gateway.approvals import store
 from mcp_gateway.catalog.keys import RETRY_AFTER_S
-from mcp_gateway.catalog.snapshot import Agent
+from mcp_gateway.catalog.snapshot import Agent, Key
 from mcp_gateway.transport.asgi import (
     BodyTooLarge,
     Headers,
     Receive,
     Scope,
     Send,
-    read_body,
     respond,
 )
 from mcp_gateway.transport.auth import authenticate, bearer, checked_origin
@@ -89,12 +88,12 @@ async def handle(
             await respond(send, 204, headers={**cors, **preflight, "Allow": f"{allowed}, OPTIONS"})
             return
         # The whole sequence, Origin included (checked again: one set look-up).
-        agent, _ = await authenticate(state, scope, headers, workspace, slug, "approval")
+        agent, key = await authenticate(state, scope, headers, workspace, slug, "approval")
         if scope["method"] != allowed:
             raise ProtocolError(
                 405, f"use {allowed} here", headers={"Allow": f"{allowed}, OPTIONS"}
             )
-        body = await _serve(state, scope, receive, headers, agent, (approval_id, action))
+        body = await _serve(state, scope, receive, headers, (agent, key), (approval_id, action))
     except ProtocolError as problem:
         await respond(
             send,
@@ -116,15 +115,17 @@ async def _serve(
     scope: Scope,
     receive: Receive,
     headers: Headers,
-    agent: Agent,
+    caller: tuple[Agent, Key],
     route: tuple[str | None, str | None],
 ) -> bytes:
     """The answer of an authenticated request: a list, a record, or a decision."""
+    agent, key = caller
     approval_id, action = route
     try:
         if action is not None:
             assert approval_id is not None
-            decision = await _decision_body(receive, headers, action)
+            raw = await _raw_body(state, key, receive, headers)
+            decision = _decision(raw, action)
             return await _decide(state, agent, _known_shape(approval_id), headers, action, decision)
         if approval_id is not None:
             return await _read(state, agent, _known_shape(approval_id))
@@ -149,14 +150,18 @@ def _known_shape(approval_id: str) -> str:
     return approval_id
 
 
-async def _decision_body(receive: Receive, headers: Headers, action: str) -> DecisionBody:
+async def _raw_body(state: GatewayState, key: Key, receive: Receive, headers: Headers) -> bytes:
+    """A decision's bytes, read under the key's body-read bounds (transport.body_reads)."""
     content_type = (headers.get("content-type") or "application/json").split(";")[0]
     if content_type.strip().lower() != "application/json":
         raise ProtocolError(415, "send Content-Type: application/json")
     try:
-        raw = await read_body(receive, MAX_BODY_BYTES)
+        return await state.body_reads.read(key.id, receive, MAX_BODY_BYTES)
     except BodyTooLarge:
         raise ProtocolError(413, f"the body is over {MAX_BODY_BYTES} bytes") from None
+
+
+def _decision(raw: bytes, action: str) -> DecisionBody:
     try:
         body = _decision_decoder.decode(raw)
     except msgspec.DecodeError as exc:  # ValidationError is a DecodeError

@@ -1,6 +1,7 @@
 """The checks every POST to the MCP endpoint passes, in both protocol eras.
 
-Content-Type (400) → Accept (400) → body size (413) → JSON, nested at most
+Content-Type (400) → Accept (400) → the key's unfinished bodies (429) → body size
+(413) and its time (408; mcp_gateway.transport.body_reads) → JSON, nested at most
 ``jsonrpc.MAX_DEPTH`` levels (400, -32700) →
 batches (400; only the legacy era accepts one, and checks its session and
 version itself) → one JSON-RPC message (400, -32600). Each refusal raises
@@ -13,7 +14,7 @@ from typing import Any, Literal, overload
 
 import msgspec
 
-from mcp_gateway.transport.asgi import BodyTooLarge, Headers, read_body
+from mcp_gateway.transport.asgi import BodyTooLarge, Headers
 from mcp_gateway.transport.errors import ProtocolError
 from mcp_gateway.transport.exchange import Exchange
 from mcp_gateway.vocabulary.jsonrpc import (
@@ -68,7 +69,9 @@ async def read_request(exchange: Exchange, *, batches: bool) -> Message | list[A
         )
     exchange.json_answer, exchange.sse_ok = accepted
     try:
-        body = await read_body(exchange.receive, exchange.state.settings.max_body_bytes)
+        body = await exchange.state.body_reads.read(
+            exchange.key.id, exchange.receive, exchange.state.settings.max_body_bytes
+        )
     except BodyTooLarge:
         raise ProtocolError(413, "request body too large", code=INVALID_REQUEST) from None
     try:

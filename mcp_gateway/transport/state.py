@@ -13,6 +13,7 @@ from mcp_gateway.catalog.refresher import Refresher
 from mcp_gateway.pipeline.calls import Pipeline
 from mcp_gateway.sessions.signer import SessionSigner
 from mcp_gateway.sessions.terminations import Terminations
+from mcp_gateway.transport.body_reads import BodyReads
 from mcp_gateway.transport.rate_limits import RateLimiter
 from mcp_gateway.transport.streams import StreamHub
 from mcp_gateway.upkeep.health import DatabaseHealth
@@ -40,4 +41,5 @@ class GatewayState:
     key_use: LastUseRecorder
     replicas: Replicas
     limiter: RateLimiter
+    body_reads: BodyReads  # every body read of an authenticated request
     default_rate_limit: RateLimit | None  # CRANK_RATE_LIMIT; an agent's rate_limit wins

@@ -58,6 +58,19 @@ DATABASE_REACHABLE = Gauge(
     "1 while the last catalog poll reached the primary database, else 0.",
     registry=REGISTRY,
 )
+# ``reason``: timeout (408) or too_many_unfinished (429; mcp_gateway.transport.body_reads).
+BODY_REFUSALS = Counter(
+    "crank_mcp_body_refusals_total",
+    "Requests refused while their body was still arriving: timeout (not whole within "
+    "CRANK_MCP_BODY_TIMEOUT_S) or too_many_unfinished (the key's cap of unfinished bodies).",
+    ["reason"],
+    registry=REGISTRY,
+)
+UNFINISHED_BODIES = Gauge(
+    "crank_mcp_unfinished_bodies",
+    "Request bodies this process is reading now (set when /metrics is scraped).",
+    registry=REGISTRY,
+)
 OPEN_STREAMS = Gauge("crank_mcp_open_streams", "Open SSE streams.", registry=REGISTRY)
 APPROVAL_WAITERS = Gauge(
     "crank_approval_waiters",
@@ -144,6 +157,8 @@ for _source in ("primary", "replica"):
     SNAPSHOT_LOADS.labels(_source)
 for _queue in ("approvals", "webhooks"):
     LEASE_EXPIRIES.labels(_queue)
+for _reason in ("timeout", "too_many_unfinished"):
+    BODY_REFUSALS.labels(_reason)
 
 
 def count_lease_expiries(queue: str, count: int) -> None:

@@ -79,3 +79,28 @@ def compile_expression(expression: str) -> Expression:
             pairs.append((child["value"], value))
         return _Hash(tuple(pairs))
     return compiled
+
+
+# Nodes whose children after the first are evaluated on the first one's result (or on
+# each of its elements), not on the value the expression starts from.
+_LEFT_ONLY_AT_ROOT = frozenset(
+    {"subexpression", "index_expression", "projection", "value_projection", "filter_projection"}
+    | {"pipe"}
+)
+
+
+def root_fields(expression: str) -> set[str]:
+    """The names an expression reads from the top of the value it is given (``{a: a, b:
+    c.d}``: a and c); raises jmespath's ParseError on an expression it cannot read."""
+    found: set[str] = set()
+    stack: list[dict[str, Any]] = [cast(dict[str, Any], jmespath.compile(expression).parsed)]
+    while stack:
+        node = stack.pop()
+        kind = node.get("type")
+        if kind == "field":
+            found.add(node["value"])
+        elif kind in _LEFT_ONLY_AT_ROOT:
+            stack.append(node["children"][0])
+        elif kind != "expref":  # &expr is evaluated on each element, later
+            stack.extend(child for child in node.get("children", ()) if isinstance(child, dict))
+    return found

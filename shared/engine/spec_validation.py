@@ -40,6 +40,7 @@ from shared.engine.spec import (
     WebhookSpec,
 )
 from shared.engine.spec_memo import memoized_by_spec
+from shared.engine.unknown_fields import with_suggestion
 
 if TYPE_CHECKING:
     from referencing._core import Resolver  # not re-exported at the top level
@@ -93,13 +94,17 @@ class FieldError(msgspec.Struct, frozen=True):
     message: str
 
 
-def decode_error_to_field(error: msgspec.ValidationError) -> FieldError:
-    """Turn msgspec's ``... - at `$.request.method``` into a field error."""
+def decode_error_to_field(error: msgspec.ValidationError, root: Any = None) -> FieldError:
+    """Turn msgspec's ``... - at `$.request.method``` into a field error; with ``root``,
+    the type decoded, an unknown field gets a "did you mean" (shared.engine.unknown_fields)."""
     text = str(error)
     message, _, where = text.rpartition(" - at `")
     if not message:
-        return FieldError("", text)
-    path = where.rstrip("`").removeprefix("$").lstrip(".")
+        message, path = text, ""
+    else:
+        path = where.rstrip("`").removeprefix("$").lstrip(".")
+    if root is not None:
+        message = with_suggestion(message, path, root)
     return FieldError(path, message)
 
 

@@ -46,6 +46,9 @@ def test_lists_and_booleans_are_parsed() -> None:
         ("CRANK_WEBHOOK_RETENTION_DAYS", "-1"),
         ("CRANK_APPROVAL_WAIT_S", "-1"),
         ("CRANK_APPROVAL_WAIT_S", "3601"),
+        ("CRANK_MCP_BODY_TIMEOUT_S", "0"),
+        ("CRANK_MCP_BODY_TIMEOUT_S", "301"),
+        ("CRANK_MCP_UNFINISHED_BODIES_PER_KEY", "0"),
     ],
 )
 def test_bad_values_are_clear_errors(name: str, value: str) -> None:
@@ -63,6 +66,7 @@ def test_the_hostile_input_bounds_have_their_documented_defaults() -> None:
     assert (settings.key_lookup_limit, settings.key_lookup_limit_per_address) == ("20/1", "5/10")
     assert (settings.mcp_max_batch_items, settings.mcp_max_batch_answer_bytes) == (100, 4_194_304)
     assert settings.trusted_proxies == ("10.0.0.0/8", "192.0.2.7")
+    assert (settings.mcp_body_timeout_s, settings.mcp_unfinished_bodies_per_key) == (10, 16)
 
 
 def test_webhook_settings_default_to_a_day_of_retries_from_five_seconds() -> None:

@@ -17,6 +17,7 @@ from mcp_gateway.catalog.snapshot import Agent, Key, Snapshot
 from mcp_gateway.sessions.signer import SessionSigner
 from mcp_gateway.transport import approval_endpoints, endpoint
 from mcp_gateway.transport.asgi import Message
+from mcp_gateway.transport.body_reads import BodyReads
 from mcp_gateway.transport.rate_limits import RateLimiter
 from mcp_gateway.transport.state import GatewayState
 from mcp_gateway.upkeep.health import DatabaseHealth
@@ -88,6 +89,7 @@ def build_transport(
         key_use=LastUseRecorder("api_keys"),
         replicas=unused,
         limiter=RateLimiter(lambda: (0, 1)),
+        body_reads=BodyReads(settings.mcp_body_timeout_s, settings.mcp_unfinished_bodies_per_key),
         default_rate_limit=None,
     )
     return Transport(state, tokens)

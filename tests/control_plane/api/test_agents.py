@@ -173,6 +173,15 @@ async def test_unknown_field_in_agent_body_is_rejected(client: Client, admin_tok
     response = await client.post(f"{WS}/agents", json=body, headers=auth(admin_token))
     assert response.status_code == 400
     assert response.json()["code"] == "validation_failed"
+    # A near miss names the field meant, from the body's own fields.
+    typo = agent_body(descripton="Looks up rates.")
+    response = await client.post(f"{WS}/agents", json=typo, headers=auth(admin_token))
+    assert response.status_code == 400
+    [error] = response.json()["errors"]
+    assert error == {
+        "field": "",
+        "message": "Object contains unknown field `descripton`; did you mean `description`?",
+    }
 
 
 @pytest.mark.usefixtures("acme")

@@ -299,9 +299,10 @@ def test_the_cli_imports_a_file_prints_the_report_and_exits_1_on_conflicts(
     assert "warning idempotency-missing" in first.stdout
     assert first.stdout.rstrip().endswith("review the drafts, then publish them")
 
-    again = crank("import-openapi", spec, *common, env=cli_env)
+    again = crank("import-openapi", spec, *common, "--agent", "pets", env=cli_env)
     assert again.returncode == 0, again.stderr
     assert "unchanged (20)" in again.stdout
+    assert "agent pets: unchanged\n" in again.stdout  # once printed "unchangedd as a draft"
 
     edit_draft(server, workspace, "get_inventory", "Gets the stock. Use when asked about stock.")
     changed = tmp_path / "petstore.yaml"

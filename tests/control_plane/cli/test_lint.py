@@ -127,3 +127,19 @@ def test_apply_prints_lint_warnings_under_the_plan(
     assert "lint: 0 errors, 1 warning" in lines
     assert "  operation delete_order:" in lines
     assert lines[-1] == "created 3, updated 0, published 0; 0 unchanged"
+
+
+def test_an_unknown_field_gets_a_did_you_mean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    typo = CLEAN.replace("    description: Deletes one order", "    descripton: Deletes one order")
+    assert lint(tmp_path, typo, "--format", "json") == 1
+    [found] = json.loads(capsys.readouterr().out)["findings"]
+    assert (found["rule"], found["field"]) == ("spec-invalid", "operations[1]")
+    assert found["message"] == (
+        "Object contains unknown field `descripton`; did you mean `description`?"
+    )
+
+    nested = CLEAN.replace("query: {base: base", "qeury: {base: base")
+    assert lint(tmp_path, nested) == 1
+    assert "unknown field `qeury`; did you mean `query`?" in capsys.readouterr().out

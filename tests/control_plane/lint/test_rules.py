@@ -173,7 +173,19 @@ def test_description_that_does_not_say_when_to_use_the_tool_is_a_warning() -> No
         findings = lint_operation(spec(description=description))
         assert rules(findings) == [("description-when", "description")], description
     russian = lint_operation(spec(description="Получает карточку клиента по email."))
-    assert "Используйте" in russian[0].hint
+    assert "Russian for 'Use when ...'" in russian[0].hint
+
+
+CYRILLIC = re.compile("[\u0400-\u04ff]")
+
+
+def test_english_hints_hold_no_russian_text() -> None:
+    """The linter speaks English: a Russian description gets its hints in English too."""
+    for rule in RULES.values():
+        assert not CYRILLIC.search(rule.summary + rule.hint), rule.id
+    for description in ("Карточка клиента по email.", "Получает карточку клиента по email."):
+        for found in lint_operation(spec(description=description)):
+            assert not CYRILLIC.search(found.hint), (found.rule, found.hint)
 
 
 # --- parameters ------------------------------------------------------------------------
@@ -623,3 +635,53 @@ def test_every_rule_is_documented_in_both_languages() -> None:
         assert row is not None, f"{rule.id} is not in the rule table of docs/lint.md"
         assert row.group(1) == rule.severity, rule.id
         assert f"`{rule.id}`" in russian, f"{rule.id} is not in docs/ru/lint.md"
+
+
+# --- request mappings read declared arguments -------------------------------------------
+
+
+def test_a_query_mapping_naming_a_missing_argument_is_an_error_with_a_did_you_mean() -> None:
+    typo = spec(
+        request={
+            "method": "GET",
+            "url": "https://crm.example/customers",
+            "query": {"email": "emial", "orders": "include_orders"},
+        }
+    )
+    [found] = [f for f in lint_operation(typo) if f.rule.startswith("request-argument")]
+    assert (found.rule, found.severity, found.field) == (
+        "request-argument-unknown",
+        "error",
+        "request.query.email",
+    )
+    assert found.message == "'emial' reads argument 'emial', which the input schema does not allow"
+    assert found.hint == "Did you mean 'email'?"
+    assert check_file(CrankFile(operations=[typo])) == []  # valid: only the linter sees it
+
+
+def test_a_body_reading_an_undeclared_argument_is_a_warning_when_others_are_allowed() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"query": {"type": "string", "description": "Words to look for"}},
+    }
+    body = spec(
+        input=schema,
+        request={"method": "POST", "url": "https://crm.example/search", "body": "{q: qeury}"},
+    )
+    found = [f for f in lint_operation(body) if f.rule.startswith("request-argument")]
+    assert [(f.rule, f.severity, f.field, f.hint) for f in found] == [
+        ("request-argument-undeclared", "warning", "request.body", "Did you mean 'query'?")
+    ]
+
+
+@pytest.mark.parametrize(
+    "expression", ["email", "{e: email, o: include_orders}", "email || 'x'", "@", "length(email)"]
+)
+def test_mappings_of_declared_arguments_have_no_finding(expression: str) -> None:
+    mapped = spec(
+        request={"method": "GET", "url": "https://crm.example/c", "query": {"q": expression}}
+    )
+    assert not {f.rule for f in lint_operation(mapped)} & {
+        "request-argument-unknown",
+        "request-argument-undeclared",
+    }

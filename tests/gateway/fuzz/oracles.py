@@ -30,6 +30,7 @@ MCP_ERRORS: dict[int, frozenset[int | None]] = {
     403: frozenset({-32001}),
     404: frozenset({-32001, -32600, -32601}),
     405: frozenset({None}),
+    408: frozenset({-32600}),  # a body that trickled or stopped (transport.body_reads)
     413: frozenset({-32600}),
     429: frozenset({-32029}),
 }
@@ -44,9 +45,11 @@ APPROVAL_ERRORS = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    408: "request_timeout",
     409: "not_pending",
     413: "body_too_large",
     415: "unsupported_media_type",
+    429: "rate_limited",
 }
 # docs/mcp-interface.md, "Tool errors": the closed list, kept in one place.
 TOOL_ERROR_CODES = frozenset(ERROR_CODES)

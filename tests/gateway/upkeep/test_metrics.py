@@ -21,6 +21,7 @@ BACKGROUND_TASKS = (
     "approval_claims",
     "approval_expiry",
     "approval_wait_poll",
+    "body_read_deadlines",
     "elicitation_wait_poll",
     "call_log_flush",
     "last_use_api_keys",
