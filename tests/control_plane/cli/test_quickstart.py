@@ -110,20 +110,15 @@ def banner_line(banner: str, label: str) -> str:
     return found[1]
 
 
-def check_step_two(sample_headers: Block, sample_list: Block, banner: str, up: CrankUp) -> None:
-    """Step 2 pastes the banner's two MCP curl lines; its samples are their answers."""
+def run_banner_mcp_lines(banner: str) -> tuple[str, str, str]:
+    """The banner's two MCP curl lines run as step 2 says: initialize, then tools/list
+    with the session id it answered. (headers, initialize body, tools/list answer)."""
     mcp_block = banner[banner.index("MCP:") :].split("\n\n")[0]
     initialize_line, list_line = printed_curl_lines(mcp_block)[:2]
     answer = subprocess.run(
         ["bash", "-c", initialize_line], capture_output=True, text=True, timeout=30
     ).stdout.replace("\r\n", "\n")
     head, _, body = answer.partition("\n\n")
-    sample_head, _, sample_body = sample_headers.text.partition("\n\n")
-    assert head.splitlines()[0] == sample_head.splitlines()[0]
-    names = {line.split(":")[0].lower() for line in head.splitlines()[1:]}
-    assert names == {line.split(":")[0].lower() for line in sample_head.splitlines()[1:]}
-    same_output(body, sample_body, up)
-
     session = re.search(r"^mcp-session-id: (\S+)", head, re.M | re.I)
     assert session is not None, head
     listed = subprocess.run(
@@ -132,6 +127,17 @@ def check_step_two(sample_headers: Block, sample_list: Block, banner: str, up: C
         text=True,
         timeout=30,
     ).stdout
+    return head, body, listed
+
+
+def check_step_two(sample_headers: Block, sample_list: Block, banner: str, up: CrankUp) -> None:
+    """Step 2 pastes the banner's two MCP curl lines; its samples are their answers."""
+    head, body, listed = run_banner_mcp_lines(banner)
+    sample_head, _, sample_body = sample_headers.text.partition("\n\n")
+    assert head.splitlines()[0] == sample_head.splitlines()[0]
+    names = {line.split(":")[0].lower() for line in head.splitlines()[1:]}
+    assert names == {line.split(":")[0].lower() for line in sample_head.splitlines()[1:]}
+    same_output(body, sample_body, up)
     same_output(listed, sample_list.text, up)
 
 
@@ -204,18 +210,6 @@ def test_the_quickstart_works_word_for_word(
 
 
 def mcp_session_tools(banner: str) -> list[str]:
-    """The tool names the banner's two MCP curl lines list (initialize, then tools/list)."""
-    mcp_block = banner[banner.index("MCP:") :].split("\n\n")[0]
-    initialize_line, list_line = printed_curl_lines(mcp_block)[:2]
-    head = subprocess.run(
-        ["bash", "-c", initialize_line], capture_output=True, text=True, timeout=30
-    ).stdout
-    session = re.search(r"^mcp-session-id: (\S+)", head, re.M | re.I)
-    assert session is not None, head
-    listed = subprocess.run(
-        ["bash", "-c", list_line.replace(SESSION_PLACEHOLDER, session[1])],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    ).stdout
+    """The tool names the banner's MCP curl lines list."""
+    _, _, listed = run_banner_mcp_lines(banner)
     return [tool["name"] for tool in json.loads(listed)["result"]["tools"]]
