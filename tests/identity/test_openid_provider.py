@@ -8,11 +8,15 @@ One provider per key algorithm serves the module.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
+from http.server import BaseHTTPRequestHandler
+from typing import Any
 
 import httpx2
 import pytest
+from mcp.client.auth import OAuthClientProvider
 from mcp.client.auth.utils import (
     build_oauth_authorization_server_metadata_discovery_urls,
     create_client_registration_request,
@@ -23,7 +27,14 @@ from mcp.client.auth.utils import (
 from mcp.shared.auth import OAuthClientMetadata, OAuthMetadata
 from pydantic import AnyUrl
 
-from tests.support.oidc import Alg, OpenIDProvider, jwt_parts, openid_provider
+from tests.support.oidc import (
+    Alg,
+    MemoryTokenStorage,
+    OpenIDProvider,
+    jwt_parts,
+    openid_provider,
+)
+from tests.support.threaded_http import ThreadedServer, serve_threaded
 
 RESOURCE = "http://127.0.0.1:9/mcp/agents/orders"
 ACCOUNTS = {"alice": {"name": "Alice Example", "email": "alice@corp.test", "groups": ["approvers"]}}
@@ -214,3 +225,73 @@ async def test_the_mcp_sdk_accepts_its_metadata_and_registers_with_it(
     assert registered.client_id
     assert registered.token_endpoint_auth_method == "none"
     assert set(registered.grant_types) >= {"authorization_code", "refresh_token"}
+
+
+class ProtectedResource(BaseHTTPRequestHandler):
+    """Stands in for an agent endpoint until the gateway is a resource server: RFC 9728
+    metadata naming the provider, 401 without a bearer token, and with one, the token
+    echoed back so the test can read what the client sent."""
+
+    server: ThreadedServer
+    issuer = ""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        origin = f"http://127.0.0.1:{self.server.port}"
+        if self.path == "/.well-known/oauth-protected-resource/mcp":
+            self._json(200, {"resource": f"{origin}/mcp", "authorization_servers": [self.issuer]})
+        elif self.headers.get("Authorization", "").startswith("Bearer "):
+            self._json(200, {"token": self.headers["Authorization"].removeprefix("Bearer ")})
+        else:
+            metadata = f"{origin}/.well-known/oauth-protected-resource/mcp"
+            self._json(
+                401,
+                {},
+                {"WWW-Authenticate": f'Bearer resource_metadata="{metadata}", scope="crank:read"'},
+            )
+
+    def _json(
+        self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
+        raw = json.dumps(body).encode()
+        self.send_response(status)
+        for name, value in {"Content-Type": "application/json", **(headers or {})}.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+
+async def test_the_mcp_sdk_oauth_client_signs_in_and_gets_a_token_for_the_resource(
+    provider: OpenIDProvider,
+) -> None:
+    """The SDK's OAuthClientProvider end to end: discovery from a 401, registration,
+    authorization code + PKCE with the resource, the headless user at the login and
+    consent forms, the code exchange; the token it then sends is for that resource."""
+    handler = type("Resource", (ProtectedResource,), {"issuer": provider.issuer})
+    with serve_threaded(handler) as resource:
+        url = f"http://127.0.0.1:{resource.port}/mcp"
+        user = provider.user("alice")
+        storage = MemoryTokenStorage()
+        auth = OAuthClientProvider(
+            server_url=url,
+            client_metadata=OAuthClientMetadata(
+                redirect_uris=[AnyUrl("http://127.0.0.1:3030/callback")],
+                token_endpoint_auth_method="none",
+                client_name="crank-test-mcp-sdk",
+            ),
+            storage=storage,
+            redirect_handler=user.redirect_handler,
+            callback_handler=user.callback_handler,
+        )
+        async with httpx2.AsyncClient(auth=auth, timeout=20) as http:
+            response = await http.get(url)
+    assert response.status_code == 200, response.text
+    header, claims = jwt_parts(response.json()["token"])
+    assert header["typ"] == "at+jwt"
+    assert (claims["iss"], claims["aud"], claims["sub"]) == (provider.issuer, url, "alice")
+    assert claims["scope"] == "crank:read"
+    assert storage.tokens is not None
+    assert storage.tokens.refresh_token is not None

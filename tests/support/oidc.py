@@ -5,7 +5,9 @@ pinned in tests/js/package.json) on a free loopback port with its own signing ke
 stops it by its process id. ``OpenIDProvider.sign_in()`` does what a browser and an MCP
 client do together: register a public client, run authorization code + PKCE (S256) with
 ``resource`` and ``scope``, post the provider's development login and consent forms, catch
-the redirect to the client's redirect URI and exchange the code. ``restart()`` swaps the
+the redirect to the client's redirect URI and exchange the code; ``user()`` is that
+browser part alone, as the MCP SDK's ``OAuthClientProvider`` handlers (with
+``MemoryTokenStorage`` as its storage). ``restart()`` swaps the
 signing key (the old one gone, or still published beside the new one), as an identity
 provider's key rotation does. The provider keeps its state in memory, so a restart also
 forgets registered clients and refresh tokens.
@@ -27,10 +29,11 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import parse_qs, urljoin, urlsplit
+from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 
 import httpx2
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthToken
 
 from tests.support.js import NODE, require_node22
 from tests.support.paths import JS_DIR
@@ -262,35 +265,38 @@ class OpenIDProvider:
         verifier = secrets.token_urlsafe(48)
         challenge = _b64url(hashlib.sha256(verifier.encode()).digest())
         state = secrets.token_urlsafe(16)
-        async with self.http() as http:
-            response = await http.get(
-                metadata["authorization_endpoint"],
-                params={
-                    "response_type": "code",
-                    "client_id": client.client_id,
-                    "redirect_uri": client.redirect_uri,
-                    "scope": scope,
-                    "resource": resource,
-                    "state": state,
-                    "code_challenge": challenge,
-                    "code_challenge_method": "S256",
-                },
-            )
-            callback = await self._interact(http, response, login, client.redirect_uri)
-        query = parse_qs(urlsplit(callback).query)
-        assert query.get("state") == [state], callback
-        assert query.get("iss") == [self.issuer], f"RFC 9207 iss missing or wrong: {callback}"
-        assert "code" in query, f"no code in the redirect: {callback}"
+        query = urlencode(
+            {
+                "response_type": "code",
+                "client_id": client.client_id,
+                "redirect_uri": client.redirect_uri,
+                "scope": scope,
+                "resource": resource,
+                "state": state,
+                "code_challenge": challenge,
+                "code_challenge_method": "S256",
+            }
+        )
+        user = self.user(login)
+        await user.redirect_handler(f"{metadata['authorization_endpoint']}?{query}")
+        answer = await user.callback_handler()
+        assert answer.state == state, answer
+        assert answer.iss == self.issuer, f"RFC 9207 iss missing or wrong: {answer}"
         return await self._token(
             {
                 "grant_type": "authorization_code",
-                "code": query["code"][0],
+                "code": answer.code,
                 "redirect_uri": client.redirect_uri,
                 "code_verifier": verifier,
                 "client_id": client.client_id,
                 "resource": resource,
             }
         )
+
+    def user(self, login: str) -> HeadlessUser:
+        """A person who signs in as ``login``; hand its handlers to the MCP SDK's
+        ``OAuthClientProvider(redirect_handler=..., callback_handler=...)``."""
+        return HeadlessUser(self.issuer, login)
 
     async def refresh(
         self, refresh_token: str, client_id: str, *, resource: str | None = None
@@ -305,34 +311,75 @@ class OpenIDProvider:
             form["resource"] = resource
         return await self._token(form)
 
-    async def _interact(
-        self, http: httpx2.AsyncClient, response: httpx2.Response, login: str, redirect_uri: str
-    ) -> str:
-        """Follows the provider's redirects and posts its login and consent forms until
-        it redirects to ``redirect_uri``; returns that URL (with the code)."""
-        for _ in range(12):
-            if response.is_redirect:
-                location = urljoin(str(response.url), response.headers["location"])
-                if location.startswith(redirect_uri):
-                    return location
-                response = await http.get(location)
-                continue
-            assert response.status_code == 200, f"{response.status_code}: {response.text}"
-            page = response.text
-            if 'name="prompt" value="login"' in page:
-                form = {"prompt": "login", "login": login, "password": "any"}
-            elif 'name="prompt" value="consent"' in page:
-                form = {"prompt": "consent"}
-            else:
-                raise AssertionError(f"unexpected page at {response.url}:\n{page}")
-            response = await http.post(str(response.url), data=form)
-        raise AssertionError("the sign-in did not reach the redirect URI")
-
     async def _token(self, form: dict[str, str]) -> Tokens:
         async with self.http() as http:
             response = await http.post((await self.discovery())["token_endpoint"], data=form)
         assert response.status_code == 200, response.text
         return Tokens.from_response(response.json())
+
+
+class HeadlessUser:
+    """Plays the browser: opens the authorization URL, posts the provider's login and
+    consent forms (keeping its cookies), and stops at the first redirect that leaves the
+    provider, the client's redirect URI, whose query it hands back as the callback."""
+
+    def __init__(self, issuer: str, login: str) -> None:
+        self.issuer = issuer
+        self.login = login
+        self.callback_url: str | None = None
+
+    async def redirect_handler(self, authorization_url: str) -> None:
+        async with httpx2.AsyncClient(timeout=10, follow_redirects=False) as http:
+            response = await http.get(authorization_url)
+            for _ in range(12):
+                if response.is_redirect:
+                    location = urljoin(str(response.url), response.headers["location"])
+                    if not location.startswith(f"{self.issuer}/"):
+                        self.callback_url = location
+                        return
+                    response = await http.get(location)
+                    continue
+                assert response.status_code == 200, f"{response.status_code}: {response.text}"
+                response = await http.post(str(response.url), data=self._form(response))
+        raise AssertionError("the sign-in never left the provider")
+
+    async def callback_handler(self) -> AuthorizationCodeResult:
+        assert self.callback_url is not None, "redirect_handler did not reach the client"
+        query = parse_qs(urlsplit(self.callback_url).query)
+        assert "code" in query, f"no code in the redirect: {self.callback_url}"
+        return AuthorizationCodeResult(
+            code=query["code"][0],
+            state=query.get("state", [None])[0],
+            iss=query.get("iss", [None])[0],
+        )
+
+    def _form(self, page: httpx2.Response) -> dict[str, str]:
+        """What the person types into the devInteractions page shown."""
+        if 'name="prompt" value="login"' in page.text:
+            return {"prompt": "login", "login": self.login, "password": "any"}
+        if 'name="prompt" value="consent"' in page.text:
+            return {"prompt": "consent"}
+        raise AssertionError(f"unexpected page at {page.url}:\n{page.text}")
+
+
+class MemoryTokenStorage:
+    """The MCP SDK's ``TokenStorage``, in memory: one client's registration and tokens."""
+
+    def __init__(self) -> None:
+        self.tokens: OAuthToken | None = None
+        self.client_info: OAuthClientInformationFull | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client_info
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client_info = client_info
 
 
 @asynccontextmanager
