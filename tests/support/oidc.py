@@ -5,12 +5,11 @@ pinned in tests/js/package.json) on a free loopback port with its own signing ke
 stops it by its process id. ``OpenIDProvider.sign_in()`` does what a browser and an MCP
 client do together: register a public client, run authorization code + PKCE (S256) with
 ``resource`` and ``scope``, post the provider's development login and consent forms, catch
-the redirect to the client's redirect URI and exchange the code; ``user()`` is that
-browser part alone, as the MCP SDK's ``OAuthClientProvider`` handlers (with
-``MemoryTokenStorage`` as its storage). ``restart()`` swaps the
-signing key (the old one gone, or still published beside the new one), as an identity
-provider's key rotation does. The provider keeps its state in memory, so a restart also
-forgets registered clients and refresh tokens.
+the redirect to the client's redirect URI and exchange the code. ``user()`` is the browser
+part alone, as the handlers of the MCP SDK's ``OAuthClientProvider`` (``MemoryTokenStorage``
+is its storage). ``restart()`` swaps the signing key (the old one gone, or still published
+beside the new one), as an identity provider's key rotation does. The provider keeps its
+state in memory, so a restart also forgets registered clients and refresh tokens.
 
 Signing keys are generated here, with ``cryptography``: RS256 (RSA 2048) or ES256 (P-256),
 written as a private JWKS the provider loads from a file.
@@ -142,7 +141,6 @@ class OpenIDProvider:
         self.port = free_port()
         self.issuer = f"http://127.0.0.1:{self.port}"
         self.alg = alg
-        self._workdir = workdir
         self._jwks_path = workdir / "jwks.json"
         self._log_path = workdir / "oidc-provider.log"
         self._arguments = [
