@@ -30,7 +30,7 @@ def executor_fetch(
             url=url,
             headers=(("accept", "application/json"),),
             timeout_ms=timeout_ms,
-            retries=1,
+            retries=0,  # the JWKS cache's refetch interval is the retry
             max_response_bytes=max_bytes,
         )
         try:

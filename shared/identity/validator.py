@@ -37,7 +37,7 @@ class AccessTokenValidator:
     ) -> None:
         self._issuers = {i.issuer: i for i in issuers}
         self._jwks = jwks
-        self._results = results or ResultCache()
+        self._results = results if results is not None else ResultCache()
         self._clock = clock
 
     async def authenticate(self, token: str, audience: str) -> Principal:

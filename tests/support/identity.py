@@ -45,7 +45,9 @@ def b64(data: bytes) -> str:
 def sign(header: dict[str, Any], claims: dict[str, Any], key: Key | None, alg: str) -> str:
     """A compact JWS with exactly ``header``: signed with ``key`` by ``alg``."""
     signing_input = f"{b64(json.dumps(header).encode())}.{b64(json.dumps(claims).encode())}"
-    signature = b"" if key is None else JWSRegistry.algorithms[alg].sign(signing_input.encode(), key)
+    signature = (
+        b"" if key is None else JWSRegistry.algorithms[alg].sign(signing_input.encode(), key)
+    )
     return f"{signing_input}.{b64(signature)}"
 
 
