@@ -8,7 +8,10 @@ from urllib.parse import urlsplit
 # Asymmetric signatures only: an HMAC key would be a secret shared with the IdP,
 # and "none" is no signature (docs/architecture.md, "Identity (in progress)").
 ASYMMETRIC_ALGORITHMS: frozenset[str] = frozenset(
-    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+    {
+        *("RS256", "RS384", "RS512", "PS256", "PS384", "PS512"),
+        *("ES256", "ES384", "ES512", "EdDSA", "Ed25519"),
+    }
 )
 DEFAULT_ALGORITHMS: tuple[str, ...] = (
     "RS256",
@@ -19,7 +22,8 @@ DEFAULT_ALGORITHMS: tuple[str, ...] = (
     "PS512",
     "ES256",
     "ES384",
-    "EdDSA",
+    "EdDSA",  # RFC 9864 deprecates the name for Ed25519, but IdPs still sign with it
+    "Ed25519",
 )
 TOKEN_TYPES: frozenset[str] = frozenset({"at+jwt", "JWT"})
 MAX_LEEWAY_S = 300

@@ -3,10 +3,11 @@ the principal a good token gives (shared.identity.access_tokens)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from joserfc.jwk import ECKey, OctKey, RSAKey
+from joserfc.jwk import ECKey, Key, OctKey, OKPKey, RSAKey
 
 from shared.identity.access_tokens import Principal, unverified_issuer, validate
 from shared.identity.issuers import IssuerConfigError, TrustedIssuer
@@ -77,6 +78,28 @@ def test_an_es256_token_with_scp_list_azp_and_groups(ec: ECKey, keys: Verificati
         "ada",
         ("approvers", "sales"),
     )
+
+
+@pytest.mark.parametrize(
+    ("alg", "make"),
+    [
+        ("PS256", lambda: RSAKey.generate_key(2048, parameters={"kid": "ps"}, private=True)),
+        ("ES384", lambda: ECKey.generate_key("P-384", parameters={"kid": "es384"}, private=True)),
+        ("EdDSA", lambda: OKPKey.generate_key("Ed25519", parameters={"kid": "ed"}, private=True)),
+        ("Ed25519", lambda: OKPKey.generate_key("Ed25519", parameters={"kid": "ed"}, private=True)),
+    ],
+)
+def test_the_other_default_algorithms(alg: str, make: Callable[[], Key]) -> None:
+    key = make()
+    token = mint(key, ISSUER, alg=alg)
+    assert validate(token, trusted(), AUDIENCE, parse_jwks(jwks(key)), NOW).subject == "user-42"
+
+
+def test_a_long_header_of_a_real_idp_is_accepted(rsa: RSAKey, keys: VerificationKeys) -> None:
+    # Azure-style: x5t, nonce and a long kid push the header past joserfc's 512 bytes.
+    header = {"alg": "RS256", "typ": "at+jwt", "kid": rsa.kid, "nonce": "n" * 300, "x5t": "t" * 43}
+    token = sign(header, claims(ISSUER), rsa, "RS256")
+    assert validate(token, trusted(), AUDIENCE, keys, NOW).subject == "user-42"
 
 
 def test_aud_may_be_a_list_holding_this_agent(rsa: RSAKey, keys: VerificationKeys) -> None:
