@@ -88,13 +88,13 @@ class JwksCache:
             async with asyncio.timeout(self._timeout_s):
                 body = await self._fetch(jwks_uri)
             keys = parse_jwks(body)
-        except (FetchFailed, KeySetInvalid, TimeoutError, OSError) as exc:
+        except Exception as exc:  # any failure: the last good set must stay in use
             if not entry.failing:
                 # The URL and the failure only: a JWKS holds no secret, the error no token.
                 log.warning(
                     "jwks_fetch_failed",
                     jwks_uri=jwks_uri,
-                    error=str(exc)[:200],
+                    error=_describe(exc),
                     keeping_last_good=entry.keys is not None,
                 )
                 entry.failing = True
@@ -104,3 +104,12 @@ class JwksCache:
             entry.keys, entry.fetched_at, entry.failing = keys, self._clock(), False
         finally:
             entry.in_flight = None
+
+
+def _describe(exc: Exception) -> str:
+    # Our own failures say what went wrong; anything else only by its type.
+    if isinstance(exc, FetchFailed | KeySetInvalid):
+        return str(exc)[:200]
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return type(exc).__name__

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 from joserfc.jwk import RSAKey
+from structlog.testing import capture_logs
 
 from shared.engine.outbound import UpstreamExecutor
 from shared.engine.ssrf import AddressPolicy, parse_allowlist
@@ -100,10 +101,24 @@ async def test_the_last_good_set_serves_while_the_idp_is_down(
         p.server.up = False
         p.monotonic.now += 3600  # long past the TTL
         token = mint(rsa, p.issuer.issuer, sub="during-outage")
-        assert (await p.validator.authenticate(token, AUDIENCE)).subject == "during-outage"
-        await asyncio.sleep(0.3)  # the background refetch fails
-        assert await refused(p, mint(rsa_next, p.issuer.issuer)) == "unknown_key"
-        assert (await p.validator.authenticate(mint(rsa, p.issuer.issuer), AUDIENCE)).subject
+        with capture_logs() as logs:
+            assert (await p.validator.authenticate(token, AUDIENCE)).subject == "during-outage"
+            await asyncio.sleep(0.3)  # the background refetch fails
+            assert await refused(p, mint(rsa_next, p.issuer.issuer)) == "unknown_key"
+            p.monotonic.now += 31
+            assert await refused(p, mint(rsa_key("x"), p.issuer.issuer)) == "unknown_key"
+            assert (await p.validator.authenticate(mint(rsa, p.issuer.issuer), AUDIENCE)).subject
+        # Logged once per outage, with the URL and the failure only.
+        assert [e for e in logs if e["event"] == "jwks_fetch_failed"] == [
+            {
+                "event": "jwks_fetch_failed",
+                "log_level": "warning",
+                "jwks_uri": p.server.url,
+                "error": "HTTP 503",
+                "keeping_last_good": True,
+            }
+        ]
+        assert p.server.requests == 3
         p.server.up = True
         p.server.document = jwks(rsa_next)
         p.monotonic.now += 31
@@ -148,3 +163,14 @@ async def test_the_fetch_goes_through_the_ssrf_guard(rsa: RSAKey) -> None:
             with pytest.raises(TokenRefused) as caught:
                 await cache.keys(server.url)
         assert (caught.value.reason, server.requests) == ("keys_unavailable", 0)
+
+
+@pytest.mark.parametrize("garbage", [b"not json", b'{"keys": []}', b'{"keys": [{"kty": "oct"}]}'])
+async def test_a_broken_key_set_keeps_the_last_good_one(rsa: RSAKey, garbage: bytes) -> None:
+    async with idp(rsa) as p:
+        await p.jwks.keys(p.issuer.jwks_uri)
+        p.server.document = garbage
+        p.monotonic.now += 31
+        assert await refused(p, mint(rsa_key("new"), p.issuer.issuer)) == "unknown_key"
+        assert p.server.requests == 2  # fetched, found unusable
+        assert (await p.validator.authenticate(mint(rsa, p.issuer.issuer), AUDIENCE)).subject
