@@ -119,8 +119,8 @@ def verify(
     except JoseError as exc:
         raise TokenRefused("malformed", exc.error) from exc
     claims = _decode_claims(signed.payload)
-    _check_claims(claims, issuer, audience, now)
-    return _principal(claims, issuer)
+    check_claims(claims, issuer, audience, now)
+    return principal_from(claims, issuer, float(claims["exp"]))
 
 
 def validate(
@@ -129,6 +129,14 @@ def validate(
     """All checks at once; raises ``TokenRefused``."""
     header = read_header(token, issuer)
     return verify(token, header, find_key(header, keys), issuer, audience, now)
+
+
+def looks_like_jwt(token: str) -> bool:
+    """Three parts and a JSON header with ``alg``: checked as a JWT, never introspected."""
+    try:
+        return "alg" in _decode_header(token)
+    except TokenRefused:
+        return False
 
 
 def unverified_issuer(token: str) -> str:
@@ -168,6 +176,8 @@ def _type_accepted(typ: object, accepted: tuple[str, ...]) -> bool:
     return any(name == t.lower() for t in accepted)
 
 
+# username: RFC 7662's name for the person in an introspection answer.
+_DISPLAY_CLAIMS = ("name", "email", "preferred_username", "username")
 _REGISTRIES: dict[str, JWSRegistry] = {}
 
 
@@ -194,13 +204,22 @@ def _decode_claims(payload: bytes | None) -> dict[str, Any]:
     return claims
 
 
-def _check_claims(claims: dict[str, Any], issuer: TrustedIssuer, audience: str, now: float) -> None:
+def check_claims(
+    claims: dict[str, Any],
+    issuer: TrustedIssuer,
+    audience: str,
+    now: float,
+    *,
+    introspected: bool = False,
+) -> None:
+    """iss exact, aud holding ``audience``, exp/nbf/iat with the leeway. An
+    introspection answer may leave out iss and exp (RFC 7662); a JWT may not."""
     registry = JWTClaimsRegistry(
         now=int(now),
         leeway=issuer.leeway_s,
-        iss={"essential": True, "value": issuer.issuer},
+        iss={"essential": not introspected, "value": issuer.issuer},
         aud={"essential": True, "value": audience},
-        exp={"essential": True},
+        exp={"essential": not introspected},
     )
     try:
         registry.validate(claims)
@@ -212,14 +231,12 @@ def _check_claims(claims: dict[str, Any], issuer: TrustedIssuer, audience: str, 
         raise TokenRefused(_CLAIM_REFUSALS.get(exc.claim, "malformed"), exc.claim) from exc
 
 
-def _principal(claims: dict[str, Any], issuer: TrustedIssuer) -> Principal:
+def principal_from(claims: dict[str, Any], issuer: TrustedIssuer, expires_at: float) -> Principal:
+    """The principal of checked claims (a JWT's, or an introspection answer's)."""
     subject = claims.get(issuer.subject_claim)
     if not isinstance(subject, str) or not subject:
         raise TokenRefused("missing_claim", issuer.subject_claim)
-    display = next(
-        (v for c in ("name", "email", "preferred_username") if isinstance(v := claims.get(c), str)),
-        None,
-    )
+    display = next((v for c in _DISPLAY_CLAIMS if isinstance(v := claims.get(c), str)), None)
     client_id = claims.get("client_id", claims.get("azp"))
     return Principal(
         issuer=issuer.issuer,
@@ -228,7 +245,7 @@ def _principal(claims: dict[str, Any], issuer: TrustedIssuer) -> Principal:
         client_id=client_id if isinstance(client_id, str) else None,
         groups=_strings(claims, issuer.groups_claim) if issuer.groups_claim else (),
         scopes=frozenset(_strings(claims, "scope") + _strings(claims, "scp")),
-        expires_at=float(claims["exp"]),
+        expires_at=expires_at,
     )
 
 

@@ -33,12 +33,45 @@ def executor_fetch(
             retries=0,  # the JWKS cache's refetch interval is the retry
             max_response_bytes=max_bytes,
         )
-        try:
-            response = await executor.execute(request)
-        except OutboundError as exc:
-            raise FetchFailed(f"{exc.code}: {exc}") from exc
-        if response.status != 200:
-            raise FetchFailed(f"HTTP {response.status}")
-        return response.body
+        return await _body_of_200(executor, request)
 
     return fetch
+
+
+Headers = tuple[tuple[str, str], ...]
+# URL, form body, headers → the 200 answer's body, or FetchFailed.
+Post = Callable[[str, bytes, Headers], Awaitable[bytes]]
+
+
+def executor_post(
+    executor: UpstreamExecutor, *, timeout_ms: int = 5_000, max_bytes: int = MAX_DOCUMENT_BYTES
+) -> Post:
+    """A ``Post`` of a form over ``executor`` (introspection), never retried."""
+
+    async def post(url: str, body: bytes, headers: Headers) -> bytes:
+        request = UpstreamRequest(
+            method="POST",
+            url=url,
+            headers=(
+                ("accept", "application/json"),
+                ("content-type", "application/x-www-form-urlencoded"),
+                *headers,
+            ),
+            body=body,
+            timeout_ms=timeout_ms,
+            retries=0,
+            max_response_bytes=max_bytes,
+        )
+        return await _body_of_200(executor, request)
+
+    return post
+
+
+async def _body_of_200(executor: UpstreamExecutor, request: UpstreamRequest) -> bytes:
+    try:
+        response = await executor.execute(request)
+    except OutboundError as exc:
+        raise FetchFailed(f"{exc.code}: {exc}") from exc
+    if response.status != 200:
+        raise FetchFailed(f"HTTP {response.status}")
+    return response.body

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 # Asymmetric signatures only: an HMAC key would be a secret shared with the IdP,
@@ -35,6 +35,20 @@ class IssuerConfigError(ValueError):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Introspection:
+    """Where and as whom opaque tokens are introspected (RFC 7662), with HTTP Basic."""
+
+    endpoint: str
+    client_id: str
+    client_secret: str = field(repr=False)  # never in a repr, so never in a log line
+
+    def __post_init__(self) -> None:
+        _check_url("introspection.endpoint", self.endpoint)
+        if not self.client_id or not self.client_secret:
+            raise IssuerConfigError("introspection: client_id and client_secret required")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TrustedIssuer:
     """An IdP whose access tokens an agent accepts.
 
@@ -43,7 +57,8 @@ class TrustedIssuer:
     """
 
     issuer: str  # compared byte for byte with the token's iss
-    jwks_uri: str
+    jwks_uri: str | None = None  # JWT access tokens; None: opaque tokens only
+    introspection: Introspection | None = None  # opaque tokens
     algorithms: tuple[str, ...] = DEFAULT_ALGORITHMS
     token_types: tuple[str, ...] = ("at+jwt",)
     subject_claim: str = "sub"
@@ -52,7 +67,10 @@ class TrustedIssuer:
 
     def __post_init__(self) -> None:
         _check_url("issuer", self.issuer)
-        _check_url("jwks_uri", self.jwks_uri)
+        if self.jwks_uri is None and self.introspection is None:
+            raise IssuerConfigError("jwks_uri: required unless introspection is set")
+        if self.jwks_uri is not None:
+            _check_url("jwks_uri", self.jwks_uri)
         if not self.algorithms:
             raise IssuerConfigError("algorithms: name at least one")
         if refused := sorted(set(self.algorithms) - ASYMMETRIC_ALGORITHMS):

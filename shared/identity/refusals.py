@@ -12,6 +12,8 @@ RefusalReason = Literal[
     "missing_key_id",  # no kid while the issuer publishes more than one key
     "unknown_key",  # kid not in the key set, even after a refetch
     "keys_unavailable",  # no key set was ever fetched and the IdP is unreachable
+    "inactive",  # introspection answered active: false (RFC 7662)
+    "introspection_unavailable",  # the endpoint failed, or introspections are over budget
     "bad_signature",
     "wrong_issuer",
     "wrong_audience",  # aud lacks this agent's canonical URL (RFC 8707)
@@ -27,6 +29,7 @@ REFUSAL_REASONS: tuple[RefusalReason, ...] = get_args(RefusalReason)
 LASTING_REASONS: frozenset[RefusalReason] = frozenset(REFUSAL_REASONS) - {
     "unknown_key",
     "keys_unavailable",
+    "introspection_unavailable",
     "not_yet_valid",
 }
 

@@ -67,9 +67,13 @@ class ResultCache:
             del self._refused[digest]
         return None
 
-    def accept(self, digest: bytes, principal: Principal, now: float) -> None:
+    def accept(
+        self, digest: bytes, principal: Principal, now: float, *, cap_s: float | None = None
+    ) -> None:
+        """Remember until the token expires, at most ``cap_s`` (the cache's cap by default)."""
         # Wall-clock ``now``, as exp is: the entry ends when the token does.
-        self._accepted[digest] = (principal, min(principal.expires_at, now + self._cap_s))
+        cap = self._cap_s if cap_s is None else min(cap_s, self._cap_s)
+        self._accepted[digest] = (principal, min(principal.expires_at, now + cap))
         self._accepted.move_to_end(digest)
         while len(self._accepted) > self._max_accepted:
             self._accepted.popitem(last=False)

@@ -141,17 +141,17 @@ async def test_no_key_set_yet_and_the_idp_down_refuses_without_hammering_it(
 
 async def test_an_expired_ttl_refreshes_in_the_background(rsa: RSAKey, rsa_next: RSAKey) -> None:
     async with idp(rsa, ttl_s=600) as p:
-        await p.jwks.keys(p.issuer.jwks_uri)
+        await p.jwks.keys(p.server.url)
         p.server.document = jwks(rsa_next)
         p.monotonic.now += 601
-        stale = await p.jwks.keys(p.issuer.jwks_uri)  # answered at once, from the old set
+        stale = await p.jwks.keys(p.server.url)  # answered at once, from the old set
         assert list(stale.by_kid) == [rsa.kid]
         for _ in range(50):
             if p.server.requests == 2:
                 break
             await asyncio.sleep(0.02)
         await asyncio.sleep(0.05)
-        assert list((await p.jwks.keys(p.issuer.jwks_uri)).by_kid) == [rsa_next.kid]
+        assert list((await p.jwks.keys(p.server.url)).by_kid) == [rsa_next.kid]
         assert p.server.requests == 2
 
 
@@ -168,7 +168,7 @@ async def test_the_fetch_goes_through_the_ssrf_guard(rsa: RSAKey) -> None:
 @pytest.mark.parametrize("garbage", [b"not json", b'{"keys": []}', b'{"keys": [{"kty": "oct"}]}'])
 async def test_a_broken_key_set_keeps_the_last_good_one(rsa: RSAKey, garbage: bytes) -> None:
     async with idp(rsa) as p:
-        await p.jwks.keys(p.issuer.jwks_uri)
+        await p.jwks.keys(p.server.url)
         p.server.document = garbage
         p.monotonic.now += 31
         assert await refused(p, mint(rsa_key("new"), p.issuer.issuer)) == "unknown_key"
