@@ -6,6 +6,7 @@
 from control_plane.api_document.constraints import (
     AgentSlugPath,
     OperationNamePath,
+    ProviderNamePath,
     SecretNamePath,
     ValidatorConstraints,
     VersionPath,
@@ -19,6 +20,7 @@ __all__ = [
     "ERRORS",
     "AgentSlugPath",
     "OperationNamePath",
+    "ProviderNamePath",
     "SecretNamePath",
     "ValidatorConstraints",
     "VersionPath",

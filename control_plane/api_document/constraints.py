@@ -156,4 +156,5 @@ AGENT_SLUG: Extra = _SLUG
 OperationNamePath = Annotated[str, _path("the operation's name (a tool name)", _TOOL)]
 AgentSlugPath = Annotated[str, _path("the agent's slug", _SLUG)]
 SecretNamePath = Annotated[str, _path("the secret's name", _SECRET)]
+ProviderNamePath = Annotated[str, _path("the identity provider's name", _SLUG)]
 VersionPath = Annotated[int, _path("a published version number", {"minimum": 1})]

@@ -58,6 +58,8 @@ _EXAMPLE_ORDER = [
     ("put", "/workspaces/{workspace}/secrets/{name}"),
     ("put", "/workspaces/{workspace}/egress/hosts"),
     ("put", "/workspaces/{workspace}/egress/grants"),
+    ("post", "/workspaces/{workspace}/identity-providers"),
+    ("put", "/workspaces/{workspace}/identity-providers/{provider}"),
     ("post", "/workspaces/{workspace}/lint"),
     ("post", "/workspaces/{workspace}/apply"),
     ("post", "/workspaces/{workspace}/import/openapi"),
@@ -108,7 +110,9 @@ async def test_writes_based_on_an_etag_require_if_match_and_document_428_and_409
         assert headers["If-Match"]["required"] is True
         assert headers["If-Match"]["schema"]["pattern"] == ETAG_PATTERN
         assert {"409", "428"} <= set(operation["responses"]), (method, path)
-    assert writes == 10  # operations: 4, agents: replace, publish, unpublish, delete; egress: 2
+    # operations: 4, agents: replace, publish, unpublish, delete; egress: 2;
+    # identity providers: replace, delete
+    assert writes == 12
 
 
 async def test_reads_and_writes_that_send_an_etag_document_the_header(client: Client) -> None:
@@ -162,7 +166,13 @@ async def test_every_body_example_is_accepted_by_its_route(
         if "requestBody" in operation
     }
     assert set(examples) == set(_EXAMPLE_ORDER) | _OUTBOUND
-    names = {"workspace": "payments", "name": "get_order", "slug": "support", "agent": "support"}
+    names = {
+        "workspace": "payments",
+        "name": "get_order",
+        "slug": "support",
+        "agent": "support",
+        "provider": "corp",
+    }
     for method, path in _EXAMPLE_ORDER:
         url = API + path.format(**names)
         headers = auth(admin_token)

@@ -65,6 +65,8 @@ SAMPLE_BODIES: dict[tuple[str, str], Any] = {
     ("PUT", "/egress/hosts"): {"hosts": ["api.example.com"]},
     ("PUT", "/egress/grants"): {"grants": ["10.0.0.5:8080"]},
     ("POST", "/agents/{agent:str}/webhooks"): {"url": "https://hooks.example.com/crank"},
+    ("POST", "/identity-providers"): {"name": "idp2", "issuer": "https://id2.example.com"},
+    ("PUT", "/identity-providers/{provider:str}"): {"issuer": "https://id.example.com/v2"},
 }
 # POST routes that only read (a body too big for a query string): viewers may call them.
 READ_ONLY_POSTS = {("POST", "/lint")}
@@ -75,6 +77,7 @@ PATH_VALUES = {
     "version": "1",
     "key_id": None,
     "webhook_id": None,
+    "provider": "idp",
 }
 WORKSPACE_PREFIX = "/api/v1/workspaces/{workspace:str}"
 
@@ -102,6 +105,12 @@ async def seed_workspace_b(client: Client, admin: str) -> dict[str, str]:
     await client.post(f"{base}/agents/ag/publish", headers=auth(admin, agent.headers["etag"]))
     key = await client.post(f"{base}/keys", json={"agent": "ag"}, headers=h)
     await client.put(f"{base}/secrets/S", json={"value": "v"}, headers=h)
+    provider = await client.post(
+        f"{base}/identity-providers",
+        json={"name": "idp", "issuer": "https://id.example.com"},
+        headers=h,
+    )
+    assert provider.is_success
     hook = await client.post(
         f"{base}/agents/ag/webhooks", json={"url": "https://hooks.example.com/b"}, headers=h
     )
@@ -156,7 +165,9 @@ def state_of(database_url: str) -> tuple[Any, ...]:
             " (SELECT count(*) FROM api_keys WHERE revoked_at IS NULL),"
             " (SELECT sum(revision) FROM operations), (SELECT sum(revision) FROM agents),"
             " (SELECT sum(egress_revision) FROM workspaces),"
-            " (SELECT count(*) FROM webhook_subscriptions WHERE revoked_at IS NULL)"
+            " (SELECT count(*) FROM webhook_subscriptions WHERE revoked_at IS NULL),"
+            " (SELECT count(*) FROM identity_providers),"
+            " (SELECT sum(revision) FROM identity_providers)"
         ).fetchone()
     assert row is not None
     return tuple(row)
@@ -195,12 +206,15 @@ async def test_viewer_reads_every_route_but_writes_none(
 
 
 # Routes that change API keys: creating, revoking, and deleting an agent (its keys go
-# with it); and the workspace's egress host list.
+# with it); the workspace's egress host list; and whose tokens it trusts.
 OWNER_ONLY = {
     ("POST", "/keys"),
     ("DELETE", "/keys/{key_id:int}"),
     ("DELETE", "/agents/{slug:str}"),
     ("PUT", "/egress/hosts"),
+    ("POST", "/identity-providers"),
+    ("PUT", "/identity-providers/{provider:str}"),
+    ("DELETE", "/identity-providers/{provider:str}"),
 }
 # A workspace's private egress grants: an owner must not open a host the operator
 # allowlisted for another tenant.
@@ -299,7 +313,7 @@ async def test_writes_answer_401_then_404_then_403_before_428_for_a_missing_if_m
     client: Client, app: Litestar, admin_token: str, database_url: str
 ) -> None:
     routes = if_match_routes(app)
-    assert len(routes) == 10
+    assert len(routes) == 12  # identity providers: replace, delete
     seeded = await seed_workspace_b(client, admin_token)
     owner_of_a = await make_token(database_url, "owner", "a")
     viewer = await make_token(database_url, "viewer", "b")
