@@ -23,9 +23,7 @@ from control_plane.errors import Conflict
 from control_plane.etag import ETAG_HEADER
 from control_plane.services.identity_providers import (
     MAX_CLAIM_CHARS,
-    ProviderCreate,
     ProviderRow,
-    ProviderSettings,
     ProviderView,
     create_provider,
     delete_provider,
@@ -33,6 +31,7 @@ from control_plane.services.identity_providers import (
     require_provider,
     update_provider,
 )
+from shared.engine.spec import IdentityProviderSpec
 from shared.engine.spec_validation import SLUG
 from shared.identity.issuers import ASYMMETRIC_ALGORITHMS, MAX_LEEWAY_S, TOKEN_TYPES
 
@@ -43,10 +42,11 @@ _SETTINGS_CONSTRAINTS: dict[str, dict[str, Any]] = {
     "groups_claim": {"min_length": 1, "max_length": MAX_CLAIM_CHARS},
     "leeway_s": {"minimum": 0, "maximum": MAX_LEEWAY_S},
 }
-constrain(ProviderSettings, _SETTINGS_CONSTRAINTS)
-constrain(ProviderCreate, {**_SETTINGS_CONSTRAINTS, "name": {"pattern": f"^(?:{SLUG.pattern})$"}})
+constrain(
+    IdentityProviderSpec, {**_SETTINGS_CONSTRAINTS, "name": {"pattern": f"^(?:{SLUG.pattern})$"}}
+)
 body_example(
-    ProviderCreate,
+    IdentityProviderSpec,
     "A company IdP issuing RFC 9068 access tokens, groups in a claim",
     {
         "name": "corp",
@@ -56,15 +56,6 @@ body_example(
         "subject_claim": "sub",
         "groups_claim": "groups",
         "leeway_s": 30,
-    },
-)
-body_example(
-    ProviderSettings,
-    "The same IdP, now also typing its tokens as plain JWTs",
-    {
-        "issuer": "https://id.example.com",
-        "token_types": ["at+jwt", "JWT"],
-        "groups_claim": "groups",
     },
 )
 
@@ -100,7 +91,11 @@ class IdentityProviderController(Controller):
         errors=[Conflict],
     )
     async def create(
-        self, ws: CurrentWorkspace, data: JSONBody[ProviderCreate], conn: DbConn, principal: Caller
+        self,
+        ws: CurrentWorkspace,
+        data: JSONBody[IdentityProviderSpec],
+        conn: DbConn,
+        principal: Caller,
     ) -> Response[ProviderView]:
         return _with_etag(await create_provider(conn, ws, principal.actor, data), 201)
 
@@ -119,7 +114,10 @@ class IdentityProviderController(Controller):
         "/{provider:str}",
         access=Role.OWNER,
         summary="Replace an identity provider's settings (owner; If-Match required)",
-        description="Omitted fields take their defaults. An unchanged write changes nothing.",
+        description=(
+            "The body is a whole provider, its `name` the URL's; omitted fields take their "
+            "defaults. An unchanged write changes nothing."
+        ),
         response_headers=[ETAG_HEADER],
         errors=[Conflict],
     )
@@ -127,7 +125,7 @@ class IdentityProviderController(Controller):
         self,
         ws: CurrentWorkspace,
         provider: ProviderNamePath,
-        data: JSONBody[ProviderSettings],
+        data: JSONBody[IdentityProviderSpec],
         if_match: IfMatch,
         conn: DbConn,
         principal: Caller,
@@ -140,6 +138,8 @@ class IdentityProviderController(Controller):
         "/{provider:str}",
         access=Role.OWNER,
         summary="Stop trusting an identity provider (owner; If-Match required)",
+        description="Refused (409) while an agent's `auth.providers` names it.",
+        errors=[Conflict],
     )
     async def remove(
         self,

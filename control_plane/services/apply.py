@@ -10,7 +10,8 @@
    concurrent applies (rows that do not exist yet cannot be locked), and the
    existing rows the file names are locked ``FOR UPDATE`` in id order, so an
    editor in the UI waits for the apply instead of interleaving with it.
-3. **Write**, operations first, as one batch (``services.apply_operations``:
+3. **Write**, identity providers first (created, or their settings replaced;
+   the agents may name them), then operations as one batch (``services.apply_operations``:
    a fixed number of statements for any number of operations), then agents,
    each through its service. Both decide what changed by structural equality
    of the ``spec_to_builtins`` forms and write nothing when nothing changed. An agent that lists
@@ -35,7 +36,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final, Protocol, TypeVar
 
 from control_plane.auth import Workspace
-from control_plane.errors import ApiError
+from control_plane.errors import ApiError, NotFound
 from control_plane.etag import Precondition
 from control_plane.lint import (
     Finding,
@@ -46,13 +47,20 @@ from control_plane.lint import (
     lint_file,
     to_field_errors,
 )
-from control_plane.services import agents, operations
+from control_plane.services import agents, identity_providers, operations
 from control_plane.services.apply_operations import BatchRefused, write_operations
 from control_plane.services.apply_plan import Action, ApplyPlan, PlanItem, PlanWarning
+from control_plane.services.identity_providers import provider_errors
 from control_plane.services.webhooks import sync_webhooks
 from shared.crypto import SecretBox
 from shared.db import Connection
-from shared.engine.spec import CrankFile, FileAgentSpec, OperationSpec, WebhookSpec
+from shared.engine.spec import (
+    CrankFile,
+    FileAgentSpec,
+    IdentityProviderSpec,
+    OperationSpec,
+    WebhookSpec,
+)
 from shared.engine.spec_validation import (
     FieldError,
     validate_agent,
@@ -104,6 +112,11 @@ def _duplicates(kind: str, names: list[str], field: str) -> list[FieldError]:
 def check_file(file: CrankFile) -> list[FieldError]:
     """Every problem the file has on its own, without looking at the workspace."""
     errors: list[FieldError] = []
+    for index, provider in enumerate(file.identity_providers):
+        errors += [_at(f"identity_providers[{index}]", e) for e in provider_errors(provider)]
+    errors += _duplicates(
+        "identity_providers", [provider.name for provider in file.identity_providers], "name"
+    )
     for index, operation in enumerate(file.operations):
         errors += [_at(f"operations[{index}]", e) for e in validate_operation(operation)]
     errors += _duplicates("operations", [op.name for op in file.operations], "name")
@@ -227,6 +240,25 @@ async def _apply_agent(
     return item
 
 
+async def _apply_provider(
+    conn: Connection, ws: Workspace, actor: str, index: int, spec: IdentityProviderSpec
+) -> PlanItem:
+    """Create the provider or replace its settings (the apply lock stands in for If-Match)."""
+    try:
+        try:
+            current = await identity_providers.require_provider(conn, ws, spec.name, lock=True)
+        except NotFound:
+            await identity_providers.create_provider(conn, ws, actor, spec)
+            return PlanItem(kind="identity_provider", name=spec.name, action="create")
+        updated = await identity_providers.update_provider(conn, ws, actor, spec.name, spec, None)
+    except ApiError as exc:
+        raise _Rejected(_refusal(f"identity_providers[{index}]", exc)) from None
+    moved = updated.view.revision != current.view.revision
+    return PlanItem(
+        kind="identity_provider", name=spec.name, action="update" if moved else "unchanged"
+    )
+
+
 async def _write(
     conn: Connection,
     box: SecretBox | None,
@@ -237,11 +269,16 @@ async def _write(
     publish: bool,
     findings: list[Finding],
 ) -> list[PlanItem]:
+    # Providers first: the agents below may name them.
+    items = [
+        await _apply_provider(conn, ws, actor, index, provider)
+        for index, provider in enumerate(file.identity_providers)
+    ]
     try:
         written = await write_operations(conn, ws, actor, file.operations, publish=publish)
     except BatchRefused as exc:
         raise _Rejected(exc.errors) from None
-    items = [
+    items += [
         PlanItem(
             kind="operation",
             name=op.name,

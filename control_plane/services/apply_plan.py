@@ -15,7 +15,7 @@ import msgspec
 from control_plane.lint.findings import Finding
 from shared.engine.spec_validation import FieldError
 
-Kind = Literal["operation", "agent"]
+Kind = Literal["identity_provider", "operation", "agent"]
 Action = Literal["create", "update", "unchanged"]
 
 
@@ -36,7 +36,7 @@ class PlanWarning(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class PlanItem(msgspec.Struct, kw_only=True):
-    """What the apply did, or would do, to one operation or agent."""
+    """What the apply did, or would do, to one identity provider, operation or agent."""
 
     kind: Kind
     name: str

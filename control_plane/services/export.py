@@ -11,7 +11,9 @@ Two views of a workspace, both in the file format of ``shared.engine.spec``:
 
 Publish state itself (version numbers, whether a draft differs from its
 version) is not part of the file format, so it is not exported; neither are
-keys, and secrets only appear as the names ``request.auth.secret`` refers to.
+keys, and secrets only appear as the names ``request.auth.secret`` (and an identity
+provider's ``introspection.client_secret``) refer to. Identity providers are not
+versioned: both views hold the workspace's current ones.
 An agent's live webhook subscriptions are exported in both views as
 ``webhooks`` (URL, events, format; never a signing secret); an agent without
 any has no ``webhooks`` key, which apply reads as "leave them alone".
@@ -40,6 +42,7 @@ import yaml
 
 from control_plane.auth import Workspace
 from control_plane.errors import Conflict
+from control_plane.services.identity_providers import as_spec, list_providers
 from shared.db import Connection
 from shared.engine.spec import (
     AgentSpec,
@@ -137,7 +140,11 @@ async def export_workspace(conn: Connection, ws: Workspace, *, published: bool) 
                 webhooks=None if hooks is None else msgspec.convert(hooks, list[WebhookSpec]),
             )
         )
-    return Export(CrankFile(workspace=ws.slug, operations=operations, agents=agents), dropped)
+    providers = [as_spec(view) for view in await list_providers(conn, ws)]
+    file = CrankFile(
+        workspace=ws.slug, identity_providers=providers, operations=operations, agents=agents
+    )
+    return Export(file, dropped)
 
 
 def _default(spec_field: msgspec.structs.FieldInfo) -> Any:
@@ -164,10 +171,13 @@ def compact(value: Any) -> Any:
 
 
 def to_document(file: CrankFile, *, with_workspace: bool = True) -> dict[str, Any]:
-    """The file as plain data in the format's field order: workspace, operations, agents."""
+    """The file as plain data in the format's field order: workspace, identity providers
+    (only when there are any), operations, agents."""
     document: dict[str, Any] = {}
     if with_workspace and file.workspace is not None:
         document["workspace"] = file.workspace
+    if file.identity_providers:
+        document["identity_providers"] = compact(file.identity_providers)
     document["operations"] = compact(file.operations)
     document["agents"] = compact(file.agents)
     return document

@@ -21,41 +21,17 @@ from psycopg import errors as pg_errors
 from control_plane.auth import Workspace
 from control_plane.errors import Conflict, NotFound, ValidationFailed
 from control_plane.etag import Precondition, check_revision, etag
+from control_plane.services.agent_identity import refuse_if_named
 from control_plane.services.audit import record_change
 from shared.db import Connection
+from shared.engine.spec import IdentityProviderSpec, IntrospectionSpec
 from shared.engine.spec_validation import SECRET_NAME, SLUG, FieldError
-from shared.identity.issuers import (
-    DEFAULT_ALGORITHMS,
-    IssuerConfigError,
-    TrustedIssuer,
-)
+from shared.identity.issuers import IssuerConfigError, TrustedIssuer
 
 _COLUMNS: Final = """id, name, issuer, algorithms, token_types, subject_claim, groups_claim,
     leeway_s, introspection_client_id, introspection_secret, revision, created_at, updated_at"""
 MAX_CLAIM_CHARS: Final = 128
-
-
-class IntrospectionSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """RFC 7662 credentials for opaque tokens; the endpoint comes from the issuer's metadata."""
-
-    client_id: str
-    client_secret: str  # the name of a workspace secret, never the value
-
-
-class ProviderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """What a provider's owner sets; the defaults are TrustedIssuer's."""
-
-    issuer: str
-    algorithms: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_ALGORITHMS))
-    token_types: list[str] = msgspec.field(default_factory=lambda: ["at+jwt"])
-    subject_claim: str = "sub"
-    groups_claim: str | None = None
-    leeway_s: int = 30
-    introspection: IntrospectionSettings | None = None
-
-
-class ProviderCreate(ProviderSettings, kw_only=True, forbid_unknown_fields=True):
-    name: str
+_NAME_RULE: Final = "1-63 lowercase letters, digits and -, starting with a letter or digit"
 
 
 class ProviderView(msgspec.Struct, kw_only=True):
@@ -66,7 +42,7 @@ class ProviderView(msgspec.Struct, kw_only=True):
     subject_claim: str
     groups_claim: str | None
     leeway_s: int
-    introspection: IntrospectionSettings | None
+    introspection: IntrospectionSpec | None
     revision: int
     created_at: datetime
     updated_at: datetime
@@ -83,9 +59,7 @@ class ProviderRow:
         introspection = (
             None
             if secret is None
-            else IntrospectionSettings(
-                client_id=row["introspection_client_id"], client_secret=secret
-            )
+            else IntrospectionSpec(client_id=row["introspection_client_id"], client_secret=secret)
         )
         view = ProviderView(
             name=row["name"],
@@ -116,46 +90,58 @@ def _claim_errors(field: str, value: str | None) -> list[FieldError]:
     return []
 
 
-async def check_settings(conn: Connection, ws: Workspace, settings: ProviderSettings) -> None:
-    """ValidationFailed naming each bad field; TrustedIssuer's rules, plus the secret's existence."""
-    errors = [
-        *_claim_errors("subject_claim", settings.subject_claim),
-        *_claim_errors("groups_claim", settings.groups_claim),
-    ]
+def provider_errors(spec: IdentityProviderSpec) -> list[FieldError]:
+    """Every problem of the provider on its own: TrustedIssuer's rules and the name's."""
+    errors = [] if SLUG.fullmatch(spec.name) else [FieldError("name", _NAME_RULE)]
+    errors += _claim_errors("subject_claim", spec.subject_claim)
+    errors += _claim_errors("groups_claim", spec.groups_claim)
     try:
         # The JWKS URI is discovered from the issuer's metadata by the gateway; the
         # issuer stands in for it so TrustedIssuer checks every other rule here.
         TrustedIssuer(
-            issuer=settings.issuer,
-            jwks_uri=settings.issuer,
-            algorithms=tuple(settings.algorithms),
-            token_types=tuple(settings.token_types),
-            subject_claim=settings.subject_claim,
-            groups_claim=settings.groups_claim,
-            leeway_s=settings.leeway_s,
+            issuer=spec.issuer,
+            jwks_uri=spec.issuer,
+            algorithms=tuple(spec.algorithms),
+            token_types=tuple(spec.token_types),
+            subject_claim=spec.subject_claim,
+            groups_claim=spec.groups_claim,
+            leeway_s=spec.leeway_s,
         )
     except IssuerConfigError as exc:
         field, _, message = str(exc).partition(": ")
         errors.append(FieldError(field, message))
-    if settings.introspection is not None:
-        errors.extend(await _introspection_errors(conn, ws, settings.introspection))
+    if spec.introspection is not None:
+        errors += _introspection_shape(spec.introspection)
+    return errors
+
+
+def _introspection_shape(introspection: IntrospectionSpec) -> list[FieldError]:
+    errors = []
+    if not introspection.client_id:
+        errors.append(FieldError("introspection.client_id", "must not be empty"))
+    if not SECRET_NAME.fullmatch(introspection.client_secret):
+        errors.append(
+            FieldError(
+                "introspection.client_secret",
+                "the name of a workspace secret: 1-128 letters, digits, _, . and -",
+            )
+        )
+    return errors
+
+
+async def check_provider(conn: Connection, ws: Workspace, spec: IdentityProviderSpec) -> None:
+    """ValidationFailed naming each bad field; the introspection secret must exist."""
+    errors = provider_errors(spec)
+    if not errors and spec.introspection is not None:
+        errors = await _introspection_errors(conn, ws, spec.introspection)
     if errors:
         raise ValidationFailed(errors)
 
 
 async def _introspection_errors(
-    conn: Connection, ws: Workspace, introspection: IntrospectionSettings
+    conn: Connection, ws: Workspace, introspection: IntrospectionSpec
 ) -> list[FieldError]:
-    if not introspection.client_id:
-        return [FieldError("introspection.client_id", "must not be empty")]
     name = introspection.client_secret
-    if not SECRET_NAME.fullmatch(name):
-        return [
-            FieldError(
-                "introspection.client_secret",
-                "the name of a workspace secret: 1-128 letters, digits, _, . and -",
-            )
-        ]
     cur = await conn.execute(
         "SELECT 1 FROM secrets WHERE workspace_id = %s AND name = %s", (ws.id, name)
     )
@@ -169,7 +155,7 @@ async def _introspection_errors(
     return []
 
 
-def _values(settings: ProviderSettings) -> dict[str, Any]:
+def _values(settings: IdentityProviderSpec) -> dict[str, Any]:
     introspection = settings.introspection
     return {
         "issuer": settings.issuer,
@@ -227,12 +213,9 @@ async def require_provider(
 
 
 async def create_provider(
-    conn: Connection, ws: Workspace, actor: str, spec: ProviderCreate
+    conn: Connection, ws: Workspace, actor: str, spec: IdentityProviderSpec
 ) -> ProviderRow:
-    errors = [] if SLUG.fullmatch(spec.name) else [FieldError("name", "^[a-z0-9][a-z0-9-]{0,62}$")]
-    if errors:
-        raise ValidationFailed(errors)
-    await check_settings(conn, ws, spec)
+    await check_provider(conn, ws, spec)
     try:
         async with conn.transaction():
             cur = await conn.execute(
@@ -267,15 +250,25 @@ async def update_provider(
     ws: Workspace,
     actor: str,
     name: str,
-    settings: ProviderSettings,
-    expected: Precondition,
+    settings: IdentityProviderSpec,
+    expected: Precondition | None,
 ) -> ProviderRow:
-    """Replace a provider's settings under ``If-Match``; an unchanged write changes nothing."""
+    """Replace a provider's settings under ``If-Match`` (``None``: apply, which holds
+    the workspace's apply lock); an unchanged write changes nothing."""
+    if settings.name != name:
+        raise ValidationFailed(
+            [
+                FieldError(
+                    "name", f"the body's name {settings.name!r} differs from the URL's {name!r}"
+                )
+            ]
+        )
     current = await require_provider(conn, ws, name, lock=True)
-    check_revision(expected, current.id, current.view.revision, f"identity provider {name!r}")
-    await check_settings(conn, ws, settings)
+    if expected is not None:
+        check_revision(expected, current.id, current.view.revision, f"identity provider {name!r}")
+    await check_provider(conn, ws, settings)
     values = _values(settings)
-    if values == _values(_as_settings(current.view)):
+    if values == _values(as_spec(current.view)):
         return current
     try:
         async with conn.transaction():
@@ -307,8 +300,10 @@ async def update_provider(
     return updated
 
 
-def _as_settings(view: ProviderView) -> ProviderSettings:
-    return ProviderSettings(
+def as_spec(view: ProviderView) -> IdentityProviderSpec:
+    """The provider as the operation file writes it (``crank export``)."""
+    return IdentityProviderSpec(
+        name=view.name,
         issuer=view.issuer,
         algorithms=view.algorithms,
         token_types=view.token_types,
@@ -324,6 +319,7 @@ async def delete_provider(
 ) -> None:
     current = await require_provider(conn, ws, name, lock=True)
     check_revision(expected, current.id, current.view.revision, f"identity provider {name!r}")
+    await refuse_if_named(conn, ws, name)
     await conn.execute("DELETE FROM identity_providers WHERE id = %s", (current.id,))
     await record_change(
         conn,

@@ -11,6 +11,8 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from shared.identity.issuers import DEFAULT_ALGORITHMS
+
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
@@ -122,6 +124,9 @@ class OperationSpec(_Spec, kw_only=True):
     response: ResponseSpec = msgspec.field(default_factory=ResponseSpec)
     execution_config: ExecutionConfig = msgspec.field(default_factory=ExecutionConfig)
     safety: SafetySpec = msgspec.field(default_factory=SafetySpec)
+    # OAuth scopes a caller's token must hold for this tool, beyond its agent's
+    # (docs/operation-file.md, "Identity"); stored and versioned, not yet enforced.
+    scopes: list[str] = msgspec.field(default_factory=list)
 
     def confirmation_required(self) -> bool:
         if self.safety.confirmation == "auto":
@@ -137,6 +142,16 @@ class RateLimit(_Spec, kw_only=True):
 
 
 ConfirmationMode = Literal["auto", "token"]
+
+
+class AgentAuth(_Spec, kw_only=True):
+    """Who may call an agent (docs/operation-file.md, "Identity"): tokens of the named
+    identity providers holding ``scopes``, and agent keys unless ``agent_keys`` is false.
+    Stored and published; the gateway does not check tokens yet."""
+
+    providers: list[str] = msgspec.field(default_factory=list)
+    agent_keys: bool = True
+    scopes: list[str] = msgspec.field(default_factory=list)
 
 
 class AgentSpec(_Spec, kw_only=True):
@@ -155,6 +170,7 @@ class AgentSpec(_Spec, kw_only=True):
     # most CRANK_APPROVAL_WAIT_S; 0 never waits; None takes the setting
     # (docs/architecture.md, "Waiting for a decision").
     approval_wait_s: int | None = None
+    auth: AgentAuth = msgspec.field(default_factory=AgentAuth)
 
 
 WEBHOOK_EVENTS: Final = (
@@ -187,18 +203,48 @@ class FileAgentSpec(AgentSpec, kw_only=True):
         return AgentSpec(**{name: getattr(self, name) for name in AgentSpec.__struct_fields__})
 
 
+class IntrospectionSpec(_Spec, kw_only=True):
+    """RFC 7662 credentials for opaque tokens; the endpoint comes from the issuer's metadata."""
+
+    client_id: str
+    client_secret: str  # the NAME of a workspace secret, never the value
+
+
+class IdentityProviderSpec(_Spec, kw_only=True):
+    """A trusted identity provider of a workspace (docs/operation-file.md, "Identity");
+    the checks are ``shared.identity.issuers.TrustedIssuer``'s."""
+
+    name: str
+    issuer: str  # stored and compared byte for byte
+    algorithms: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_ALGORITHMS))
+    token_types: list[str] = msgspec.field(default_factory=lambda: ["at+jwt"])
+    subject_claim: str = "sub"
+    groups_claim: str | None = None
+    leeway_s: int = 30
+    introspection: IntrospectionSpec | None = None
+
+
 class CrankFile(_Spec, kw_only=True):
     """The whole operation file ``crank apply`` reads: operations and agents of one workspace."""
 
     workspace: str | None = None  # None: the workspace named by the API path or --workspace
+    identity_providers: list[IdentityProviderSpec] = msgspec.field(default_factory=list)
     operations: list[OperationSpec] = msgspec.field(default_factory=list)
     agents: list[FileAgentSpec] = msgspec.field(default_factory=list)
 
 
 def spec_to_builtins(spec: msgspec.Struct) -> dict[str, Any]:
-    """The stored (jsonb) form: every field present, so equal specs compare equal."""
+    """The stored (jsonb) form: every field present, so equal specs compare equal.
+
+    Except identity's fields at their defaults (an operation's ``scopes``, an
+    agent's ``auth``): left out, so what was stored before they existed still
+    compares equal and no apply or publish sees a change that is none."""
     value = msgspec.to_builtins(spec)
     assert isinstance(value, dict)
+    if isinstance(spec, OperationSpec) and not spec.scopes:
+        del value["scopes"]
+    if isinstance(spec, AgentSpec) and spec.auth == AgentAuth():
+        del value["auth"]
     return value
 
 

@@ -32,6 +32,7 @@ from shared.engine.schema_patterns import pattern_problem
 from shared.engine.spec import (
     WEBHOOK_EVENTS,
     WEBHOOK_FORMATS,
+    AgentAuth,
     AgentSpec,
     AuthSpec,
     OperationSpec,
@@ -552,7 +553,48 @@ def validate_operation(spec: OperationSpec) -> list[FieldError]:
         errors.append(
             FieldError("input.properties", "_crank_confirmation_token is reserved for Crank")
         )
+    errors += _check_scopes("scopes", spec.scopes)
     return errors
+
+
+# RFC 6749 section 3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E ), so no space,
+# quote or backslash; the bound keeps a scope list a reasonable size.
+SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5B\x5D-\x7E]{1,128}")
+MAX_SCOPES = 32
+
+
+def _check_scopes(field: str, scopes: list[str]) -> list[FieldError]:
+    if len(scopes) > MAX_SCOPES:
+        return [FieldError(field, f"at most {MAX_SCOPES} scopes")]
+    errors: list[FieldError] = []
+    for index, scope in enumerate(scopes):
+        if not SCOPE_TOKEN.fullmatch(scope):
+            errors.append(
+                FieldError(
+                    f"{field}[{index}]",
+                    f"{scope!r} is not an OAuth scope (RFC 6749 3.3: 1-128 printable "
+                    "ASCII characters, no space, quote or backslash)",
+                )
+            )
+        elif scope in scopes[:index]:
+            errors.append(FieldError(f"{field}[{index}]", f"{scope!r} is listed twice"))
+    return errors
+
+
+def _check_agent_auth(auth: AgentAuth) -> list[FieldError]:
+    errors: list[FieldError] = []
+    for index, name in enumerate(auth.providers):
+        if not SLUG.fullmatch(name):
+            errors.append(
+                FieldError(f"auth.providers[{index}]", f"{name!r} is not an identity provider name")
+            )
+        elif name in auth.providers[:index]:
+            errors.append(FieldError(f"auth.providers[{index}]", f"{name!r} is listed twice"))
+    if not auth.agent_keys and not auth.providers:
+        errors.append(
+            FieldError("auth.agent_keys", "with no providers, agent keys are the only way in")
+        )
+    return errors + _check_scopes("auth.scopes", auth.scopes)
 
 
 MAX_APPROVAL_WAIT_S = 3600  # as CRANK_APPROVAL_WAIT_S
@@ -581,7 +623,7 @@ def validate_agent(spec: AgentSpec) -> list[FieldError]:
         errors.append(
             FieldError("approval_wait_s", f"must be between 0 and {MAX_APPROVAL_WAIT_S} seconds")
         )
-    return errors
+    return errors + _check_agent_auth(spec.auth)
 
 
 MAX_WEBHOOK_URL_CHARS = 2048

@@ -58,7 +58,7 @@ async def test_create_read_replace_delete_with_etags_audit_and_catalog_bumps(
     read = await client.get(f"{PROVIDERS}/corp", headers=auth(token))
     assert read.headers["etag"] == created.headers["etag"]
 
-    change = {"issuer": CORP["issuer"], "groups_claim": "groups", "algorithms": ["ES256"]}
+    change = {**CORP, "groups_claim": "groups", "algorithms": ["ES256"]}
     no_etag = await client.put(f"{PROVIDERS}/corp", json=change, headers=auth(token))
     assert no_etag.status_code == 428
     replaced = await client.put(

@@ -66,7 +66,10 @@ SAMPLE_BODIES: dict[tuple[str, str], Any] = {
     ("PUT", "/egress/grants"): {"grants": ["10.0.0.5:8080"]},
     ("POST", "/agents/{agent:str}/webhooks"): {"url": "https://hooks.example.com/crank"},
     ("POST", "/identity-providers"): {"name": "idp2", "issuer": "https://id2.example.com"},
-    ("PUT", "/identity-providers/{provider:str}"): {"issuer": "https://id.example.com/v2"},
+    ("PUT", "/identity-providers/{provider:str}"): {
+        "name": "idp",
+        "issuer": "https://id.example.com/v2",
+    },
 }
 # POST routes that only read (a body too big for a query string): viewers may call them.
 READ_ONLY_POSTS = {("POST", "/lint")}
