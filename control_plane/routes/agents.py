@@ -34,7 +34,7 @@ from control_plane.services.agents import (
     unpublish_agent,
     update_agent_draft,
 )
-from shared.engine.spec import AgentSpec, ConfirmationMode, RateLimit
+from shared.engine.spec import AgentAuth, AgentSpec, ConfirmationMode, RateLimit
 
 
 class PublishedAgent(msgspec.Struct, kw_only=True):
@@ -44,6 +44,7 @@ class PublishedAgent(msgspec.Struct, kw_only=True):
     rate_limit: RateLimit | None
     confirmation_mode: ConfirmationMode = "auto"  # published before the field existed: auto
     approval_wait_s: int | None = None
+    auth: AgentAuth = msgspec.field(default_factory=AgentAuth)  # who may call (not yet enforced)
 
 
 class AgentView(msgspec.Struct, kw_only=True):

@@ -82,6 +82,8 @@ async def snapshot(database_url: str) -> dict[str, Any]:
             "versions": "SELECT count(*) FROM operation_versions",
             "agents": "SELECT array_agg(slug || ':' || revision || ':' || published_version "
             "ORDER BY slug) FROM agents",
+            "identity_providers": "SELECT array_agg(name || ':' || revision ORDER BY name) "
+            "FROM identity_providers",
         }
         state = {}
         for key, query in queries.items():
