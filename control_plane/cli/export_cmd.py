@@ -52,9 +52,11 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CliError(f"{args.output}: cannot write it: {exc}") from None
     view = "published state" if args.published else "drafts"
+    providers = len(file.identity_providers)
     print(
         f"wrote {len(file.operations)} operations and {len(file.agents)} agents "
-        f"({view}) of workspace {args.workspace} to {args.output}",
+        + (f"and {providers} identity providers " if providers else "")
+        + f"({view}) of workspace {args.workspace} to {args.output}",
         file=sys.stderr,
     )
     return 0

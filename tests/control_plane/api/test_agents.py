@@ -100,6 +100,7 @@ async def test_editor_creates_agent_and_reads_it_back_with_etag(
         "rate_limit": {"requests": 5, "per_seconds": 60},
         "confirmation_mode": "auto",
         "approval_wait_s": None,
+        "auth": {"providers": [], "agent_keys": True, "scopes": []},  # the API shows defaults
     }
     assert agent["revision"] == 1
     assert agent["published"] is None
@@ -279,6 +280,7 @@ async def test_publish_copies_the_draft_and_bumps_the_catalog(
         "rate_limit": None,
         "confirmation_mode": "auto",
         "approval_wait_s": None,
+        "auth": {"providers": [], "agent_keys": True, "scopes": []},  # the API shows defaults
     }
     assert outcome["agent"]["published_at"] is not None
     assert published.headers["etag"] == etag  # the draft did not change

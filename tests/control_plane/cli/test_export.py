@@ -7,6 +7,8 @@ import itertools
 import json
 from pathlib import Path
 
+import yaml
+
 from control_plane.cli.client import Client
 from tests.support.cli import Server, crank
 from tests.support.crank_files import SECRETS, SEED
@@ -26,8 +28,13 @@ def test_export_then_apply_to_an_empty_workspace_reproduces_it_byte_for_byte(
     admin = Client(server.url, server.admin_token)
     for name, value in SECRETS.items():
         admin.put(f"/workspaces/{workspace}/secrets/{name}", {"value": value})
+    # The seed with identity settings: a provider, an agent's auth, an operation's scopes.
+    document = yaml.safe_load(SEED)
+    document["identity_providers"] = [{"name": "corp", "issuer": "https://id.example.com"}]
+    document["agents"][0]["auth"] = {"providers": ["corp"], "scopes": ["rates:read"]}
+    document["operations"][0]["scopes"] = ["rates:read"]
     seed = tmp_path / "seed.yaml"
-    seed.write_text(SEED)
+    seed.write_text(yaml.safe_dump(document, sort_keys=False))
     applied = crank("apply", "-f", str(seed), "--workspace", workspace, "--publish", env=cli_env)
     assert applied.returncode == 0, applied.stderr
 
@@ -37,7 +44,10 @@ def test_export_then_apply_to_an_empty_workspace_reproduces_it_byte_for_byte(
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == ""
-    assert f"wrote 4 operations and 3 agents (drafts) of workspace {workspace}" in result.stderr
+    assert (
+        f"wrote 4 operations and 3 agents and 1 identity providers (drafts) of workspace "
+        f"{workspace}" in result.stderr
+    )
     text = exported.read_text()
     assert not text.startswith("workspace:")
     assert all(value not in text for value in SECRETS.values())
@@ -45,7 +55,8 @@ def test_export_then_apply_to_an_empty_workspace_reproduces_it_byte_for_byte(
     target = new_workspace(server)
     copied = crank("apply", "-f", str(exported), "--workspace", target, env=cli_env)
     assert copied.returncode == 0, copied.stderr
-    assert copied.stdout.splitlines()[-1] == "created 7, updated 0, published 0; 0 unchanged"
+    assert "  identity_provider  corp" in copied.stdout
+    assert copied.stdout.splitlines()[-1] == "created 8, updated 0, published 0; 0 unchanged"
     again = crank("export", "--workspace", target, "--no-workspace", env=cli_env)
     assert again.returncode == 0, again.stderr
     assert again.stdout == text

@@ -15,6 +15,13 @@ from shared.engine.spec import OperationSpec
 from tests.support.api import Client, auth, make_token
 from tests.support.crank_files import SECRETS, SEED
 
+PROVIDER = {
+    "name": "corp",
+    "issuer": "https://id.example.com/realms/staff/",
+    "algorithms": ["ES256"],
+    "groups_claim": "groups",
+}
+
 
 def seed_file() -> dict[str, Any]:
     value = yaml.safe_load(SEED)
@@ -60,6 +67,9 @@ async def acme(client: Client, admin_token: str) -> str:
     edited["operations"][0]["response"]["max_items"] = 10
     edited["agents"][1]["description"] = "Looks up and refunds orders."
     edited["agents"][1]["approval_wait_s"] = 30
+    edited["identity_providers"] = [PROVIDER]
+    edited["operations"][0]["scopes"] = ["rates:read"]
+    edited["agents"][1]["auth"] = {"providers": ["corp"], "scopes": ["orders:read"]}
     plan = await apply(client, admin_token, base, edited)
     assert [i["action"] for i in plan["items"]].count("update") == 3
     return base
@@ -93,6 +103,13 @@ async def test_drafts_export_applied_to_an_empty_workspace_exports_the_same_file
     assert first["agents"][0]["rate_limit"] == {"requests": 60, "per_seconds": 60}
     assert "approval_wait_s" not in first["agents"][0]  # unset: left out, as every default
     assert first["agents"][2]["approval_wait_s"] == 30
+    # Identity: the provider with its defaults left out, the agent's auth without
+    # agent_keys (true by default), the operation's scopes.
+    assert first["identity_providers"] == [PROVIDER]
+    assert first["agents"][2]["auth"] == {"providers": ["corp"], "scopes": ["orders:read"]}
+    assert by_name["get_exchange_rate"]["scopes"] == ["rates:read"]
+    assert "auth" not in first["agents"][0]
+    assert "scopes" not in by_name["list_orders"]
 
     copy_base = await make_workspace(client, admin_token, "copy", secrets=False)
     plan = await apply(client, admin_token, copy_base, without_workspace(first))
@@ -129,7 +146,9 @@ async def test_published_export_reproduces_what_the_gateways_serve(
     # Publishing an operation with auth needs its secret in the target workspace.
     target = await make_workspace(client, admin_token, "replica", secrets=True)
     plan = await apply(client, admin_token, target, without_workspace(published), publish="true")
-    assert all(item["publish"] for item in plan["items"])
+    # Identity providers have no versions: they take effect when written.
+    assert published["identity_providers"] == [PROVIDER]
+    assert all(item["publish"] for item in plan["items"] if item["kind"] != "identity_provider")
     again = (await export(client, admin_token, target, published="true")).json()
     assert again == {**published, "workspace": "replica"}
     drafts = (await export(client, admin_token, target)).json()
