@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Final, Protocol, TypeVar
 
-from control_plane.auth import Workspace
+from control_plane.auth import Role, Workspace
 from control_plane.errors import ApiError, NotFound
 from control_plane.etag import Precondition
 from control_plane.lint import (
@@ -243,20 +243,29 @@ async def _apply_agent(
 async def _apply_provider(
     conn: Connection, ws: Workspace, actor: str, index: int, spec: IdentityProviderSpec
 ) -> PlanItem:
-    """Create the provider or replace its settings (the apply lock stands in for If-Match)."""
+    """Create the provider or replace its settings (the apply lock stands in for If-Match).
+
+    Whom a workspace trusts is the owner's call, as in the API: an editor's apply
+    may hold providers only as they are (an export applied back, say)."""
+    where = f"identity_providers[{index}]"
     try:
         try:
             current = await identity_providers.require_provider(conn, ws, spec.name, lock=True)
         except NotFound:
             await identity_providers.create_provider(conn, ws, actor, spec)
-            return PlanItem(kind="identity_provider", name=spec.name, action="create")
-        updated = await identity_providers.update_provider(conn, ws, actor, spec.name, spec, None)
+            action: Action = "create"
+        else:
+            updated = await identity_providers.update_provider(
+                conn, ws, actor, spec.name, spec, None
+            )
+            moved = updated.view.revision != current.view.revision
+            action = "update" if moved else "unchanged"
     except ApiError as exc:
-        raise _Rejected(_refusal(f"identity_providers[{index}]", exc)) from None
-    moved = updated.view.revision != current.view.revision
-    return PlanItem(
-        kind="identity_provider", name=spec.name, action="update" if moved else "unchanged"
-    )
+        raise _Rejected(_refusal(where, exc)) from None
+    if action != "unchanged" and ws.role < Role.OWNER:
+        message = f"changing identity providers needs the owner role; you are {ws.role.label}"
+        raise _Rejected([FieldError(where, message)])
+    return PlanItem(kind="identity_provider", name=spec.name, action=action)
 
 
 async def _write(

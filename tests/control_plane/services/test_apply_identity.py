@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from tests.support.api import Client, auth
+from tests.support.api import Client, auth, make_token
 from tests.support.crank_files import APPLY, crank_file, rates_operation, snapshot
 
 CORP = {"name": "corp", "issuer": "https://id.example.com", "groups_claim": "groups"}
@@ -161,3 +161,17 @@ async def test_a_provider_an_agent_names_cannot_be_deleted(client: Client, acme:
     refused = await client.delete(url, headers=auth(acme, etag))
     assert refused.status_code == 409
     assert "currency-rates" in refused.json()["message"]
+
+
+async def test_an_editor_applies_providers_only_as_they_are(
+    client: Client, acme: str, database_url: str
+) -> None:
+    editor = await make_token(database_url, "editor", "acme", name="ed")
+    refused = await post_apply(client, editor, identity_file())
+    assert [e["field"] for e in refused["errors"]] == ["identity_providers[0]"]
+    assert "needs the owner role; you are editor" in refused["errors"][0]["message"]
+
+    await post_apply(client, acme, identity_file())  # the instance admin creates it
+    unchanged = await post_apply(client, editor, identity_file())
+    assert unchanged["errors"] == []
+    assert unchanged["items"][0]["action"] == "unchanged"
