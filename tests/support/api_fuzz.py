@@ -52,7 +52,10 @@ EXCLUDED = {
     ),
 }
 # The resource whose ETag an If-Match route's write is based on.
-_RESOURCE = re.compile(r"^(.*/(?:operations/\{name\}|agents/\{slug\}|egress))(?:/.*)?$")
+_RESOURCE = re.compile(
+    r"^(.*/(?:operations/\{name\}|agents/\{slug\}|egress|identity-providers/\{provider\}))"
+    r"(?:/.*)?$"
+)
 OTHER_WORKSPACE = "elsewhere"  # the stranger's: it owns this one, and nothing in the fuzzed one
 ROLES = ("owner", "editor", "viewer", "stranger", "admin")
 MODES = (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE)
@@ -165,7 +168,10 @@ def seed(base_url: str, workspace: str, admin: Caller, schema: Any) -> dict[str,
         key_id = key_id or ensure(keys, {"agent": slug}).json()["id"]
         secret = client.put(f"{base}/secrets/token", json={"value": "fuzz"})
         assert secret.status_code in (200, 201), secret.text
+        provider = examples[f"POST {API}/workspaces/{{workspace}}/identity-providers"]
+        ensure(f"{base}/identity-providers", provider)
     return {
+        "provider": [provider["name"]],
         "name": [name, "token"],
         "slug": [slug],
         "agent": [slug],
