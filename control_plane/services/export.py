@@ -26,7 +26,9 @@ refuse such a binding, so the file stays applicable; ``Export.dropped`` names
 them.
 
 Both lists come from one SQL statement, so the file is one consistent
-snapshot even while others write. Fields equal to the format's defaults are
+snapshot even while others write; the identity providers are read by
+``services.identity_providers`` in a second one (agents never name a
+provider that is gone: it cannot be deleted while named). Fields equal to the format's defaults are
 left out, the way a person writes the file (docs/operation-file.md
 lists the defaults); applying it fills them in again.
 """

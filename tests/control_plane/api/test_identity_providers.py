@@ -181,3 +181,17 @@ async def test_editors_read_but_only_owners_write(
     assert (await client.get(f"{PROVIDERS}/corp", headers=auth(viewer))).status_code == 200
     refused = await client.post(PROVIDERS, json={**CORP, "name": "x"}, headers=auth(editor))
     assert refused.status_code == 403
+
+
+async def test_a_replace_names_the_provider_of_its_url(
+    client: Client, admin_token: str, database_url: str
+) -> None:
+    token = await owner(client, admin_token, database_url)
+    created = await client.post(PROVIDERS, json=CORP, headers=auth(token))
+    renamed = await client.put(
+        f"{PROVIDERS}/corp",
+        json={**CORP, "name": "other"},
+        headers=auth(token, created.headers["etag"]),
+    )
+    assert renamed.status_code == 400
+    assert [e["field"] for e in renamed.json()["errors"]] == ["name"]
