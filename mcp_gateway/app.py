@@ -50,7 +50,7 @@ from mcp_gateway.pipeline.confirmation_tokens import REQUEST_STATES, Confirmatio
 from mcp_gateway.sessions.signer import SessionSigner
 from mcp_gateway.sessions.terminations import CHANNEL as SESSIONS_CHANNEL
 from mcp_gateway.sessions.terminations import Terminations
-from mcp_gateway.transport import approval_endpoints, endpoint
+from mcp_gateway.transport import approval_endpoints, endpoint, resource_metadata
 from mcp_gateway.transport.asgi import Receive, Scope, Send, respond
 from mcp_gateway.transport.body_reads import BodyReads
 from mcp_gateway.transport.errors import ProtocolError
@@ -82,6 +82,10 @@ from shared.engine.outbound import ExecutorConfig, UpstreamExecutor
 from shared.engine.spec import RateLimit
 from shared.engine.ssrf import AddressPolicy
 from shared.forwarded import behind_trusted_proxies
+from shared.identity.fetching import executor_fetch, executor_post
+from shared.identity.jwks_cache import JwksCache
+from shared.identity.metadata_cache import MetadataCache
+from shared.identity.provider_sets import IdentityParts
 from shared.last_use import LastUseRecorder
 from shared.logging import configure_logging
 from shared.settings import Settings, SettingsError, load_settings, parse_rate_limit
@@ -124,6 +128,8 @@ class GatewayApp:
             await respond(send, 503, encode({"status": "starting"}))
         elif match:
             await endpoint.handle(state, scope, receive, send, match[1], match[2])
+        elif resource := resource_metadata.PATH.fullmatch(path):
+            await resource_metadata.handle(state, scope, send, resource[1], resource[2])
         elif approvals := approval_endpoints.PATH.fullmatch(path):
             await approval_endpoints.handle(state, scope, receive, send, approvals)
         elif path == "/healthz":
@@ -202,6 +208,20 @@ class GatewayApp:
             streams.snapshot_swapped(old, new)
             SNAPSHOT_VERSION.set(new.version)
 
+        executor = UpstreamExecutor(
+            AddressPolicy.from_settings(
+                allow_private_upstreams=settings.allow_private_upstreams,
+                upstream_allowlist=settings.upstream_allowlist,
+                allow_loopback_upstreams=settings.allow_loopback_upstreams,
+            ),
+            ExecutorConfig.from_settings(settings),
+        )
+        # IdP metadata, keys and introspection go through the executor's SSRF guard.
+        identity = IdentityParts(
+            MetadataCache(executor_fetch(executor)),
+            JwksCache(executor_fetch(executor)),
+            executor_post(executor),
+        )
         catalog = Refresher(
             conninfo,
             refresh_s=settings.mcp_refresh_ms / 1000,
@@ -211,7 +231,12 @@ class GatewayApp:
             if settings.snapshot_database_url
             else None,
             options=SnapshotOptions(
-                page_size=settings.mcp_tools_page_size, language=settings.language, box=box
+                page_size=settings.mcp_tools_page_size,
+                language=settings.language,
+                box=box,
+                identity=identity,
+                public_url=settings.public_url,
+                path_prefix=settings.public_path_prefix,
             ),
         )
         keys = KeyResolver(
@@ -224,14 +249,6 @@ class GatewayApp:
             ),
         )
         ended_sessions = Terminations(pool, health, refresh_s=settings.mcp_refresh_ms / 1000)
-        executor = UpstreamExecutor(
-            AddressPolicy.from_settings(
-                allow_private_upstreams=settings.allow_private_upstreams,
-                upstream_allowlist=settings.upstream_allowlist,
-                allow_loopback_upstreams=settings.allow_loopback_upstreams,
-            ),
-            ExecutorConfig.from_settings(settings),
-        )
         call_log = CallLogWriter(pool, interval_s=settings.call_log_flush_ms / 1000)
         key_use = LastUseRecorder("api_keys")
         replicas = Replicas(pool)

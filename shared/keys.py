@@ -11,6 +11,7 @@ import secrets
 import zlib
 from enum import StrEnum
 
+KEY_PREFIX = "crk_"  # every key's; an OAuth access token never starts so (docs/architecture.md)
 _ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _BODY_LENGTH = 43  # 256 bits in base62
 _CHECKSUM_LENGTH = 6

@@ -44,7 +44,7 @@ class PublishedAgent(msgspec.Struct, kw_only=True):
     rate_limit: RateLimit | None
     confirmation_mode: ConfirmationMode = "auto"  # published before the field existed: auto
     approval_wait_s: int | None = None
-    auth: AgentAuth = msgspec.field(default_factory=AgentAuth)  # who may call (not yet enforced)
+    auth: AgentAuth = msgspec.field(default_factory=AgentAuth)  # who may call besides keys
 
 
 class AgentView(msgspec.Struct, kw_only=True):

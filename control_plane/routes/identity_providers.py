@@ -4,8 +4,7 @@ OAuth 2.1 providers whose tokens the workspace's agents may accept.
 Reading needs the viewer role; creating, replacing and deleting need the owner
 role (whom a workspace trusts is the owner's call, like its egress policy).
 Replacing and deleting take ``If-Match``. Every change is audited and reaches
-the gateways through the catalog version. Stored, not yet enforced: the gateway
-does not check tokens yet (docs/architecture.md, "Identity (in progress)").
+the gateways through the catalog version (docs/architecture.md, "Identity").
 """
 
 from __future__ import annotations
@@ -85,7 +84,7 @@ class IdentityProviderController(Controller):
             "https, or http to loopback only. Metadata and keys are discovered from it "
             "(RFC 8414 / OpenID discovery). Only asymmetric algorithms are accepted. "
             "`introspection.client_secret` names a workspace secret that must exist. "
-            "Stored and published with the catalog; the gateway does not check tokens yet."
+            "Reaches the gateways with the catalog, like a publish."
         ),
         response_headers=[ETAG_HEADER],
         errors=[Conflict],

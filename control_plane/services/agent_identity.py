@@ -1,19 +1,16 @@
 """An agent's identity settings (``auth``) checked against its workspace
-(docs/architecture.md, "Identity (in progress)").
+(docs/architecture.md, "Identity").
 
 The providers an agent names must exist in the workspace, and a provider an
-agent still names cannot be deleted. An agent that refuses agent keys cannot
-be published yet: the gateway does not check tokens, so it would accept no
-caller at all.
+agent still names cannot be deleted.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any
 
 from control_plane.auth import Workspace
-from control_plane.errors import Conflict, ValidationFailed
+from control_plane.errors import Conflict
 from shared.db import Connection
 from shared.engine.spec_validation import FieldError
 
@@ -35,20 +32,6 @@ async def unknown_providers(
         for i, name in enumerate(names)
         if name not in existing and f"auth.providers[{i}]" not in flagged
     ]
-
-
-def refuse_keyless(state: dict[str, Any]) -> None:
-    """Refuse to publish an agent with ``agent_keys: false`` until the gateway checks tokens."""
-    if state.get("auth", {}).get("agent_keys", True) is False:
-        raise ValidationFailed(
-            [
-                FieldError(
-                    "auth.agent_keys",
-                    "cannot be false yet: the gateway does not check identity provider tokens "
-                    "yet, so the agent would accept no caller (publish with agent_keys: true)",
-                )
-            ]
-        )
 
 
 async def agents_naming(conn: Connection, ws: Workspace, provider: str) -> list[str]:

@@ -31,7 +31,7 @@ from control_plane.auth import Workspace
 from control_plane.errors import Conflict, LintFailed, NotFound, ValidationFailed
 from control_plane.etag import Precondition, check_revision
 from control_plane.lint import Finding, has_errors, lint_agent, to_field_errors
-from control_plane.services.agent_identity import refuse_keyless, unknown_providers
+from control_plane.services.agent_identity import unknown_providers
 from control_plane.services.audit import record_change
 from control_plane.services.constraints import refuse_check_violations
 from control_plane.services.operations import serving_specs
@@ -291,7 +291,6 @@ async def publish_agent(
         )
     if has_errors(findings):
         raise LintFailed(to_field_errors(findings), findings, f"agent {slug!r}")
-    refuse_keyless(state)
     row = await _update(
         conn,
         current,

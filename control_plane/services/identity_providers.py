@@ -1,12 +1,12 @@
-"""A workspace's trusted identity providers (docs/architecture.md, "Identity (in progress)").
+"""A workspace's trusted identity providers (docs/architecture.md, "Identity").
 
 One row per provider: its issuer (stored byte for byte, as tokens carry it),
 the signing algorithms and token types it may use, the claims that name the
 person and their groups, and optional RFC 7662 introspection credentials whose
 client secret is the *name* of a workspace secret, never a value. The rules are
 ``shared.identity.issuers.TrustedIssuer``'s, checked here when a provider is
-written. Every change is audited and bumps the catalog, like a publish; the
-gateway does not enforce these settings yet.
+written. Every change is audited and bumps the catalog, like a publish: the
+gateways check tokens against the new settings from their next snapshot.
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ class NewApproval:
     workspace_id: int
     agent_id: int
     operation_id: int
-    key_id: int
+    key_id: int | None  # None: a person signed in with an identity provider asked
     tool: str
     version: int
     arguments: dict[str, Any]

@@ -36,7 +36,6 @@ cancelled build leaves the builder as it was.
 from __future__ import annotations
 
 import gc
-import hashlib
 import time
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
@@ -45,6 +44,13 @@ from typing import Any, NamedTuple
 import msgspec
 import structlog
 
+from mcp_gateway.catalog.access import (
+    KEYS_ONLY,
+    AgentAccess,
+    access_inputs,
+    agent_access,
+    providers_by_name,
+)
 from mcp_gateway.catalog.changes import (
     Digests,
     Slicer,
@@ -52,24 +58,33 @@ from mcp_gateway.catalog.changes import (
     changed,
     read_agents,
     read_digests,
+    read_identity,
     read_keys,
     read_operations,
     read_secrets,
     read_specs,
 )
-from mcp_gateway.catalog.snapshot import Agent, Key, Snapshot, SnapshotOptions, Tool
+from mcp_gateway.catalog.snapshot import (
+    Agent,
+    Key,
+    Snapshot,
+    SnapshotOptions,
+    Tool,
+    ToolList,
+    tool_list,
+)
 from shared.db import Connection
 from shared.engine.compiler import compile_operation
 from shared.engine.egress import EgressPolicy
 from shared.engine.errors import Language, ToolError
 from shared.engine.spec import RateLimit, operation_from_builtins
 from shared.engine.tool_definition import tool_definitions
+from shared.identity.provider_sets import ProviderSettings
 from shared.secrets import open_secrets
 from shared.workspace_egress import egress_from_row
 
 log = structlog.get_logger(__name__)
 
-_encoder = msgspec.json.Encoder()
 ToolKey = tuple[int, int, str]  # operation id, version, the name it is bound by
 Published = tuple[int, str, int, int]  # workspace id, name, operation id, latest version
 _SPARE_TOOLS = 256  # replaced tools kept before a prune (see _pruned)
@@ -100,6 +115,7 @@ class _Memo:
     agent_rows: dict[int, dict[str, Any]] = field(default_factory=dict)
     keys: dict[int, dict[bytes, Key]] = field(default_factory=dict)  # agent id -> its keys
     secrets: dict[int, Mapping[str, str]] = field(default_factory=dict)  # workspace id ->
+    identity: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # workspace id ->
     tools: dict[ToolKey, Tool] = field(default_factory=dict)
     unreadable: frozenset[ToolKey] = frozenset()  # versions that do not compile (immutable)
     built: bool = False  # False before the first build
@@ -117,6 +133,7 @@ class _Changes:
     keys_changed: Set[int] = frozenset()  # agent ids whose live keys changed
     secrets_changed: Set[int] = frozenset()  # workspace ids (none when none are loaded)
     operations_changed: Set[int] = frozenset()  # workspace ids whose published set changed
+    identity_changed: Set[int] = frozenset()  # workspace ids whose identity providers changed
     # After the change: the published operations by workspace and name, by bucket,
     # and every agent's row.
     operations: dict[int, dict[str, tuple[int, int]]] = field(default_factory=dict)
@@ -129,6 +146,8 @@ class _Changes:
     specs: Mapping[tuple[int, int], str] = field(default_factory=dict)
     key_rows: Sequence[Mapping[str, Any]] = ()  # the live keys of keys_changed
     secret_rows: Sequence[Mapping[str, Any]] = ()  # the sealed secrets of secrets_changed
+    # The identity providers by workspace, after the change.
+    identity: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 class _Compiled(NamedTuple):
@@ -154,15 +173,6 @@ class _Keys(NamedTuple):
     by_agent: dict[int, dict[bytes, Key]]
 
 
-def _paged(definitions: list[dict[str, Any]], page_size: int) -> tuple[bytes, ...]:
-    if not definitions:
-        return (b"[]",)
-    return tuple(
-        _encoder.encode(definitions[start : start + page_size])
-        for start in range(0, len(definitions), page_size)
-    )
-
-
 def _compile(key: ToolKey, text: str, language: Language) -> Tool | None:
     operation_id, version, name = key
     try:
@@ -177,6 +187,7 @@ def _compile(key: ToolKey, text: str, language: Language) -> Tool | None:
         version=version,
         definitions=tool_definitions(spec),
         compiled=compiled,
+        scopes=frozenset(spec.scopes),
     )
 
 
@@ -237,6 +248,7 @@ async def _read_changes(
         agents_changed = changed(memo.digests.agents, digests.agents)
         keys_changed = changed(memo.digests.keys, digests.keys)
         secrets_ws = changed(memo.digests.secrets, digests.secrets) if secrets else set()
+        identity_ws = changed(memo.digests.identity, digests.identity)
 
         operations, op_buckets, ops_ws = memo.operations, memo.op_buckets, set[int]()
         if buckets:
@@ -247,7 +259,12 @@ async def _read_changes(
             agent_rows = {i: r for i, r in agent_rows.items() if i not in agents_changed}
             for r in await read_agents(conn, agents_changed & digests.agents.keys()):
                 agent_rows[r["id"]] = r
-        touched = _touched(agent_rows, agents_changed, ops_ws | secrets_ws)
+        identity = memo.identity
+        if identity_ws:
+            identity = {ws: r for ws, r in identity.items() if ws not in identity_ws}
+            for r in await read_identity(conn, identity_ws & digests.identity.keys()):
+                identity.setdefault(r["workspace_id"], []).append(r)
+        touched = _touched(agent_rows, agents_changed, ops_ws | secrets_ws | identity_ws)
         missing = _missing(touched, agent_rows, operations, memo.tools, memo.unreadable)
         wanted = {(k[0], k[1]) for k in missing}
         specs = {
@@ -263,6 +280,7 @@ async def _read_changes(
         keys_changed=keys_changed,
         secrets_changed=secrets_ws,
         operations_changed=ops_ws,
+        identity_changed=identity_ws,
         operations=operations,
         op_buckets=op_buckets,
         agent_rows=agent_rows,
@@ -271,6 +289,7 @@ async def _read_changes(
         specs=specs,
         key_rows=key_rows,
         secret_rows=secret_rows,
+        identity=identity,
     )
 
 
@@ -278,7 +297,8 @@ def _touched(
     agent_rows: Mapping[int, Mapping[str, Any]], agents: Set[int], workspaces: Set[int]
 ) -> list[int]:
     """The agents to look at again, in ``agent_rows`` order: those of ``agents`` (whose
-    row changed) and those in ``workspaces`` (whose operations or secrets changed)."""
+    row changed) and those in ``workspaces`` (whose operations, secrets or identity
+    providers changed)."""
     return [
         agent_id
         for agent_id, r in agent_rows.items()
@@ -358,7 +378,7 @@ async def _rebuild_agents(
     changes: _Changes,
     tools: Mapping[ToolKey, Tool],
     secrets: Mapping[int, Mapping[str, str]],
-    page_size: int,
+    options: SnapshotOptions,
     slicer: Slicer,
 ) -> _Agents:
     """``previous``'s agents with the gone ones dropped and ``changes.touched`` looked
@@ -367,6 +387,7 @@ async def _rebuild_agents(
     for gone in changes.agents_changed - changes.agent_rows.keys():
         by_id.pop(gone, None)
     egress: dict[int, EgressPolicy] = {}  # one per workspace in this build
+    providers: dict[int, dict[str, ProviderSettings]] = {}  # likewise
     rebuilt = 0
     for agent_id in changes.touched:
         old = previous.agents_by_id.get(agent_id)
@@ -375,12 +396,22 @@ async def _rebuild_agents(
         policy = egress.get(workspace_id)
         if policy is None:
             policy = egress[workspace_id] = egress_from_row(row, workspace_id)
-        # Its row and its secrets (an unpublished agent holds none) are unchanged:
-        # the same object if its tools are.
+        trusted = providers.get(workspace_id)
+        if trusted is None:
+            trusted = providers[workspace_id] = providers_by_name(
+                changes.identity.get(workspace_id, ()), secrets.get(workspace_id, {})
+            )
+        # Its row, secrets and providers (an unpublished agent uses none) are
+        # unchanged: the same object if its tools are.
         keep = agent_id not in changes.agents_changed and (
-            row["published"] is None or workspace_id not in changes.secrets_changed
+            row["published"] is None
+            or (
+                workspace_id not in changes.secrets_changed
+                and workspace_id not in changes.identity_changed
+            )
         )
-        agent = _agent(row, old, changes.operations, tools, secrets, policy, page_size, keep=keep)
+        made = _Made(changes.operations, tools, secrets, policy, trusted, options)
+        agent = _agent(row, old, made, keep=keep)
         if agent is not old:
             by_id[agent_id] = agent
             rebuilt += 1
@@ -390,38 +421,31 @@ async def _rebuild_agents(
     return _Agents(previous.agents, previous.agents_by_id, rebuilt)
 
 
-class _Listing(NamedTuple):
-    """What tools/list shows of an agent: its tools, their pages in both eras, their
-    fingerprint."""
-
-    tools: tuple[Tool, ...]
-    pages: tuple[bytes, ...]
-    modern_pages: tuple[bytes, ...]
-    fingerprint: bytes
+_UNLISTED = ToolList((), (b"[]",), (b"[]",), b"")  # an unpublished agent's
 
 
-_UNLISTED = _Listing((), (b"[]",), (b"[]",), b"")  # an unpublished agent's
+class _Made(NamedTuple):
+    """What an agent is made of besides its row, as one build knows it."""
+
+    operations: dict[int, dict[str, tuple[int, int]]]
+    tools: Mapping[ToolKey, Tool]
+    secrets: Mapping[int, Mapping[str, str]]
+    policy: EgressPolicy  # its workspace's
+    providers: Mapping[str, ProviderSettings]  # its workspace's, by name
+    options: SnapshotOptions
 
 
-def _agent(
-    row: Mapping[str, Any],
-    old: Agent | None,
-    operations: dict[int, dict[str, tuple[int, int]]],
-    tools: Mapping[ToolKey, Tool],
-    secrets: Mapping[int, Mapping[str, str]],
-    policy: EgressPolicy,
-    page_size: int,
-    *,
-    keep: bool,
-) -> Agent:
-    """The agent of ``row``; ``old`` itself when ``keep`` (its row and secrets are
-    unchanged) and its tools are the same objects."""
+def _agent(row: Mapping[str, Any], old: Agent | None, made: _Made, *, keep: bool) -> Agent:
+    """The agent of ``row``; ``old`` itself when ``keep`` (its row, secrets and
+    providers are unchanged) and its tools are the same objects."""
     published = row["published"]
+    page_size = made.options.page_size
     if published is None:
         if keep and old is not None and not old.published:
             return old
-        return _new_agent(row, policy)
-    own = tuple(tools[k] for k in _bound(row, operations) if k in tools)
+        return _new_agent(row, made.policy)
+    tools = made.tools
+    own = tuple(tools[k] for k in _bound(row, made.operations) if k in tools)
     if (
         old is not None
         and old.published
@@ -430,21 +454,31 @@ def _agent(
     ):
         if keep:
             return old
-        listing = _Listing(own, old.pages, old.modern_pages, old.fingerprint)
+        listing = ToolList(own, old.pages, old.modern_pages, old.fingerprint)
     else:
-        pages = _paged([t.definition for t in own], page_size)
-        modern_pages = _paged([t.modern_definition for t in own], page_size)
-        fingerprint = hashlib.sha256(b"\0".join(modern_pages)).digest()
-        listing = _Listing(own, pages, modern_pages, fingerprint)
-    return _new_agent(row, policy, published, listing, secrets.get(row["workspace_id"], {}))
+        listing = tool_list(own, page_size)
+    options = made.options
+    inputs = access_inputs(
+        published,
+        row["workspace"],
+        row["slug"],
+        made.providers,
+        frozenset(s for t in own for s in t.scopes),  # for scopes_supported
+        options.public_url,
+        options.path_prefix,
+    )
+    access = agent_access(inputs, None if old is None else old.access, options.identity)
+    secrets = made.secrets.get(row["workspace_id"], {})
+    return _new_agent(row, made.policy, published, listing, secrets, access)
 
 
 def _new_agent(
     row: Mapping[str, Any],
     policy: EgressPolicy,
     published: Mapping[str, Any] | None = None,
-    listing: _Listing = _UNLISTED,
+    listing: ToolList = _UNLISTED,
     secrets: Mapping[str, str] | None = None,
+    access: AgentAccess = KEYS_ONLY,
 ) -> Agent:
     """A new ``Agent`` of ``row``: unpublished (no tools, no secrets) when ``published``
     (its published spec) is None."""
@@ -466,8 +500,10 @@ def _new_agent(
         pages=listing.pages,
         modern_pages=listing.modern_pages,
         fingerprint=listing.fingerprint,
+        tool_scopes=frozenset(s for t in listing.tools for s in t.scopes),
         secrets={} if secrets is None else secrets,
         egress=policy,
+        access=access,
     )
 
 
@@ -541,6 +577,7 @@ def _assemble(
         agent_rows=changes.agent_rows,
         keys=keys.by_agent,
         secrets=secrets,
+        identity=changes.identity,
         tools=tools,
         unreadable=unreadable,
         built=True,
@@ -568,7 +605,7 @@ class SnapshotBuilder:
             memo.secrets, changes.secrets_changed, changes.secret_rows, options
         )
         agents = await _rebuild_agents(
-            memo.snapshot, changes, compiled.tools, secrets, options.page_size, slicer
+            memo.snapshot, changes, compiled.tools, secrets, options, slicer
         )
         keys = _patch_keys(memo.snapshot.keys, memo.keys, changes.keys_changed, changes.key_rows)
         tools = compiled.tools

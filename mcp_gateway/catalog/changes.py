@@ -4,7 +4,7 @@ the rows whose digest changed (docs/architecture.md, "Snapshot and refresh").
 The database hashes each part, grouped so that a change touches one group:
 the published operations (id, workspace, name, latest version) by buckets
 of 64 consecutive ids (``bucket``), an agent's row with its workspace's slug and egress policy, an agent's live
-keys, a workspace's secrets. The operations, the largest part, are summed
+keys, a workspace's secrets, a workspace's identity providers. The operations, the largest part, are summed
 rather than hashed in order (a scan of 10,000 rows, no sort): versions only
 grow and ids are never reused, so a publish, a new or a deleted operation
 always changes the count or the sum of its bucket, and a publish re-reads
@@ -58,6 +58,13 @@ SELECT 'secrets', workspace_id,
                          'UTF8'))
   FROM secrets
  WHERE workspace_id IN (SELECT workspace_id FROM agents WHERE published IS NOT NULL)
+ GROUP BY workspace_id
+UNION ALL
+SELECT 'identity', workspace_id,
+       sha256(convert_to(string_agg(row(id, name, issuer, algorithms, token_types, subject_claim,
+                                        groups_claim, leeway_s, introspection_client_id,
+                                        introspection_secret)::text, ',' ORDER BY id), 'UTF8'))
+  FROM identity_providers
  GROUP BY workspace_id"""
 
 _OPERATIONS_SQL = """SELECT o.id, o.workspace_id, o.name, o.latest_version
@@ -76,6 +83,9 @@ _KEYS_SQL = """SELECT id, hash, kind, agent_id, expires_at FROM api_keys
                   AND (expires_at IS NULL OR expires_at > now())"""
 _SECRETS_SQL = """SELECT workspace_id, name, ciphertext, nonce, key_id FROM secrets
                    WHERE workspace_id = ANY(%s)"""
+_IDENTITY_SQL = """SELECT workspace_id, name, issuer, algorithms, token_types, subject_claim,
+                          groups_claim, leeway_s, introspection_client_id, introspection_secret
+                     FROM identity_providers WHERE workspace_id = ANY(%s) ORDER BY id"""
 
 
 class Slicer:
@@ -98,6 +108,7 @@ class Digests:
     agents: dict[int, bytes] = field(default_factory=dict)  # agent id ->
     keys: dict[int, bytes] = field(default_factory=dict)  # agent id -> its live keys
     secrets: dict[int, bytes] = field(default_factory=dict)  # workspace id ->
+    identity: dict[int, bytes] = field(default_factory=dict)  # workspace id -> its providers
 
 
 def changed(old: dict[int, bytes], new: dict[int, bytes]) -> set[int]:
@@ -112,6 +123,7 @@ async def read_digests(conn: Connection) -> Digests:
         "agent": digests.agents,
         "keys": digests.keys,
         "secrets": digests.secrets,
+        "identity": digests.identity,
     }
     cur = await conn.execute(_DIGESTS_SQL)
     for row in await cur.fetchall():
@@ -171,4 +183,12 @@ async def read_secrets(conn: Connection, workspaces: Collection[int]) -> list[di
     if not workspaces:
         return []
     cur = await conn.execute(_SECRETS_SQL, (list(workspaces),))
+    return await cur.fetchall()
+
+
+async def read_identity(conn: Connection, workspaces: Collection[int]) -> list[dict[str, Any]]:
+    """The identity providers of ``workspaces``, in the order they were made."""
+    if not workspaces:
+        return []
+    cur = await conn.execute(_IDENTITY_SQL, (list(workspaces),))
     return await cur.fetchall()

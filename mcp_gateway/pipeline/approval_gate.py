@@ -45,7 +45,7 @@ async def request_approval(
         workspace_id=agent.workspace_id,
         agent_id=agent.id,
         operation_id=tool.operation_id,
-        key_id=ctx.key_id,
+        key_id=ctx.requester.key_id,
         tool=tool.name,
         version=tool.version,
         arguments=arguments,

@@ -42,6 +42,7 @@ from mcp_gateway.pipeline.outcomes import (
 )
 from mcp_gateway.upkeep.accounting import CallClock, Caller, account_call
 from mcp_gateway.upkeep.call_log import CallLogWriter
+from mcp_gateway.vocabulary.requesters import Requester
 from shared.db import Connection
 from shared.engine.compiler import confirmation_token
 from shared.engine.errors import ToolError
@@ -73,7 +74,7 @@ class CallRequest(msgspec.Struct, frozen=True, kw_only=True):
     """One tools/call of a known tool, as transport read it."""
 
     agent: Agent
-    key_id: int
+    requester: Requester
     request_id: str
     tool: Tool
     arguments: Any  # as sent: absent or null is no arguments, validated by the tool
@@ -112,7 +113,7 @@ class Pipeline:
 
     async def call(self, request: CallRequest) -> CallOutcome:
         """The outcome of one tools/call, accounted (call log row and metrics)."""
-        ctx = ToolCallContext(request.agent, request.key_id, request.request_id, self._parts)
+        ctx = ToolCallContext(request.agent, request.requester, request.request_id, self._parts)
         tool = request.tool
         clock = CallClock.now()
         upstream = clock.upstream
@@ -134,7 +135,15 @@ class Pipeline:
             outcome = Failed(ToolError.of("internal_error", language=ctx.language))
         logged, approval_id = code(outcome)
         agent = ctx.agent
-        caller = Caller(agent.workspace_id, agent.id, agent.workspace, agent.slug, ctx.key_id)
+        requester = ctx.requester
+        caller = Caller(
+            agent.workspace_id,
+            agent.id,
+            agent.workspace,
+            agent.slug,
+            requester.key_id,
+            requester.person,
+        )
         account_call(
             self._call_log,
             caller,

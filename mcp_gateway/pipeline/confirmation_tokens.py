@@ -43,7 +43,7 @@ Reason = Literal[
     "other_agent",
     "other_operation",
     "other_version",
-    "other_key",  # a request state asked through another agent key
+    "other_key",  # a request state asked by another requester (key or person)
     "other_arguments",  # or a forged token: the MAC does not match these arguments
     "expired",
     "used",
@@ -64,7 +64,8 @@ class _Claims(msgspec.Struct, array_like=True, frozen=True):
     version: int
     expires_at: int  # unix seconds
     nonce: bytes
-    key_id: int | None = None  # request states only; absent from a ct_ token's array
+    # request states only (the requester's id); absent from a ct_ token's array
+    requester_id: int | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -98,13 +99,15 @@ class ConfirmationSigner:
         operation_id: int,
         version: int,
         digest: bytes,
-        key_id: int | None = None,
+        requester_id: int | None = None,
         now: float | None = None,
     ) -> str:
-        """A token for this agent, operation version and arguments hash (and key, if given)."""
+        """A token for this agent, operation version and arguments hash (and requester, if given)."""
         issued_at = time.time() if now is None else now
         fields = (agent_id, operation_id, version, int(issued_at) + self.ttl_s)
-        keyed = () if key_id is None else (key_id,)  # a ct_ token keeps the five seed fields
+        keyed = (
+            () if requester_id is None else (requester_id,)
+        )  # a ct_ token keeps the five seed fields
         claims = _encoder.encode((*fields, os.urandom(_NONCE_BYTES), *keyed))
         return self._kind.prefix + b64url_encode(claims + self._mac(claims, digest))
 
@@ -116,7 +119,7 @@ class ConfirmationSigner:
         operation_id: int,
         version: int,
         digest: bytes,
-        key_id: int | None = None,
+        requester_id: int | None = None,
         now: float | None = None,
     ) -> TokenUse:
         """The use of a token issued for exactly this call; ``InvalidToken`` otherwise.
@@ -138,7 +141,7 @@ class ConfirmationSigner:
             raise InvalidToken("other_operation")
         if claims.version != version:
             raise InvalidToken("other_version")
-        if claims.key_id != key_id:
+        if claims.requester_id != requester_id:
             raise InvalidToken("other_key")
         if not hmac.compare_digest(raw[-_MAC_BYTES:], self._mac(raw[:-_MAC_BYTES], digest)):
             raise InvalidToken("other_arguments")

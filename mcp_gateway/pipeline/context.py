@@ -13,6 +13,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from mcp_gateway.catalog.snapshot import Agent
 from mcp_gateway.pipeline.confirmation_tokens import ConfirmationSigner
+from mcp_gateway.vocabulary.requesters import Requester
 from shared.db import Connection
 from shared.engine.errors import Language
 from shared.engine.outbound import UpstreamExecutor
@@ -35,7 +36,7 @@ class ToolCallContext(msgspec.Struct, frozen=True):
     """The call's own values and the process-wide parts; built once per tools/call."""
 
     agent: Agent
-    key_id: int
+    requester: Requester
     request_id: str
     parts: Parts
 

@@ -46,7 +46,7 @@ async def confirm(
 
     ``arguments`` are the validated arguments, without any ``ct_`` token (a
     token sent by such a client is ignored: only the human confirms)."""
-    context = confirmation.bound_to(ctx, tool, arguments) | {"key_id": ctx.key_id}
+    context = confirmation.bound_to(ctx, tool, arguments) | {"requester_id": ctx.requester.id}
     if answer is not None:
         state = answer.state if isinstance(answer.state, str) else ""
         try:

@@ -41,7 +41,7 @@ class MalformedSessionId(ValueError):
 class SessionClaims(msgspec.Struct, array_like=True, frozen=True):
     """What a session id carries under its signature; ``issued_at`` in unix seconds."""
 
-    key_id: int
+    requester_id: int  # mcp_gateway.vocabulary.requesters: a key's id or a person's
     agent_id: int
     protocol_version: str
     issued_at: int
@@ -74,10 +74,10 @@ class SessionSigner:
         return b64url_encode(hmac.new(self._key, payload.encode(), hashlib.sha256).digest()[:16])
 
     def issue(
-        self, key_id: int, agent_id: int, protocol_version: str, *, elicitation: bool = False
+        self, requester_id: int, agent_id: int, protocol_version: str, *, elicitation: bool = False
     ) -> str:
         claims = SessionClaims(
-            key_id, agent_id, protocol_version, int(time.time()), os.urandom(12), elicitation
+            requester_id, agent_id, protocol_version, int(time.time()), os.urandom(12), elicitation
         )
         payload = b64url_encode(_encoder.encode(claims))
         return f"{PREFIX}.{payload}.{self._sign(payload)}"

@@ -14,14 +14,25 @@ from __future__ import annotations
 from typing import Literal, NamedTuple
 from urllib.parse import urlsplit
 
+import structlog
+
 from mcp_gateway.catalog.keys import KeyLookupUnavailable
 from mcp_gateway.catalog.snapshot import Agent, Key
 from mcp_gateway.transport.asgi import Headers, Scope, client_address
 from mcp_gateway.transport.errors import ProtocolError
 from mcp_gateway.transport.state import GatewayState
+from mcp_gateway.vocabulary.requesters import Requester
+from shared.identity.refusals import RefusalReason, TokenRefused
+from shared.keys import KEY_PREFIX
 from shared.settings import Settings
 
 LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1"}
+# The IdP could not be asked: the token may be good (503, like a key look-up).
+_UNAVAILABLE: frozenset[RefusalReason] = frozenset(
+    {"keys_unavailable", "introspection_unavailable"}
+)
+_RETRY_AFTER_S = 5
+log = structlog.get_logger(__name__)
 
 KeyKind = Literal["agent", "approval"]
 
@@ -105,7 +116,36 @@ async def authenticate(
     """The published agent and the key of kind ``kind`` that may use it; raises
     ProtocolError in the order of the module docstring. Marks the key used."""
     checked_origin(state.settings, headers)
+    return await _key_caller(state, scope, bearer(headers), workspace, slug, kind)
+
+
+async def authenticate_requester(
+    state: GatewayState, scope: Scope, headers: Headers, workspace: str, slug: str
+) -> tuple[Agent, Requester]:
+    """The published agent and who calls it at the MCP endpoint: an agent key, or a
+    token of one of the agent's identity providers (docs/architecture.md,
+    "Identity"). A key starts with ``crk_``; anything else is taken as a token."""
+    checked_origin(state.settings, headers)
     token = bearer(headers)
+    if token is None or token.startswith(KEY_PREFIX):
+        agent, key = await _key_caller(state, scope, token, workspace, slug, "agent")
+        if not agent.access.keys:
+            raise ProtocolError(
+                401,
+                "this agent takes no agent keys: sign in with one of its identity providers",
+                headers={
+                    "WWW-Authenticate": agent.access.challenge_for(
+                        "invalid_token", "agent keys are not accepted"
+                    )
+                },
+            )
+        return agent, Requester.of_key(key.id)
+    return await _token_caller(state, token, workspace, slug)
+
+
+async def _key_caller(
+    state: GatewayState, scope: Scope, token: str | None, workspace: str, slug: str, kind: KeyKind
+) -> tuple[Agent, Key]:
     snapshot = state.catalog.snapshot
     try:
         key = await state.keys.resolve(token, snapshot, client_address(scope)) if token else None
@@ -116,12 +156,7 @@ async def authenticate(
             headers={"Retry-After": str(busy.retry_after_s)},
         ) from None
     if key is None:
-        raise ProtocolError(
-            401,
-            "missing or invalid API key: send "
-            f"'Authorization: Bearer <{_WORDING[kind].placeholder}>'",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+        raise _unauthenticated(snapshot.agents.get((workspace, slug)), kind)
     agent = snapshot.agents.get((workspace, slug))
     if agent is None or not agent.published:
         raise ProtocolError(404, f"agent {workspace}/{slug} is not published")
@@ -131,3 +166,68 @@ async def authenticate(
         raise ProtocolError(403, f"this is {reason}; use {wording.instead}")
     state.key_use.mark(key.id)  # written in batches off the hot path
     return agent, key
+
+
+def _unauthenticated(agent: Agent | None, kind: KeyKind) -> ProtocolError:
+    """401 for no key or an unknown one; at an agent that takes tokens, the
+    challenge names its Protected Resource Metadata, so a client can sign in."""
+    placeholder = _WORDING[kind].placeholder
+    if kind == "agent" and agent is not None and agent.published and agent.access.metadata:
+        keys = f" or 'Authorization: Bearer <{placeholder}>'" if agent.access.keys else ""
+        return ProtocolError(
+            401,
+            "sign in: send 'Authorization: Bearer <access token>' from one of the agent's "
+            f"identity providers (see WWW-Authenticate){keys}",
+            headers={"WWW-Authenticate": agent.access.challenge},
+        )
+    return ProtocolError(
+        401,
+        f"missing or invalid API key: send 'Authorization: Bearer <{placeholder}>'",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+async def _token_caller(
+    state: GatewayState, token: str, workspace: str, slug: str
+) -> tuple[Agent, Requester]:
+    """A token at an agent that takes none is refused like an unknown key (401,
+    before whether the agent exists, as for keys)."""
+    agent = state.catalog.snapshot.agents.get((workspace, slug))
+    access = agent.access if agent is not None and agent.published else None
+    if agent is None or access is None or access.providers is None:
+        raise _unauthenticated(agent, "agent")
+    try:
+        person = await access.providers.authenticate(token, access.resource)
+    except TokenRefused as refused:
+        if refused.reason in _UNAVAILABLE:  # the IdP, not the token: retry
+            raise ProtocolError(
+                503,
+                "cannot check this access token now: its identity provider is unreachable; retry",
+                headers={"Retry-After": str(_RETRY_AFTER_S)},
+            ) from None
+        log.info("token_refused", reason=refused.reason, detail=refused.detail[:100])
+        raise ProtocolError(
+            401,
+            f"access token refused: {refused.reason}",
+            data={"reason": refused.reason},
+            headers={"WWW-Authenticate": access.challenge_for("invalid_token", refused.reason)},
+        ) from None
+    if not access.scopes <= person.scopes:
+        raise insufficient_scope(agent, access.scopes)
+    return agent, Requester.of_person(agent.id, person)
+
+
+def insufficient_scope(agent: Agent, needed: frozenset[str]) -> ProtocolError:
+    """403 for a valid token without ``needed`` (the agent's and, for a tool, its
+    own): the client may ask its IdP for them and try again (step-up)."""
+    scope = " ".join(sorted(needed | agent.access.scopes))
+    return ProtocolError(
+        403,
+        f"this needs the scopes: {scope}",
+        data={"scope": scope},
+        headers={
+            "WWW-Authenticate": agent.access.challenge_for(
+                "insufficient_scope", f"needs {scope}", scope
+            )
+        },
+    )

@@ -14,6 +14,7 @@ from mcp_gateway.catalog.snapshot import Tool
 from mcp_gateway.pipeline.calls import AskInResult, AskOnStream, CallRequest, HumanChannel
 from mcp_gateway.pipeline.elicitation import ACTIONS, Action, Answer
 from mcp_gateway.pipeline.outcomes import code, is_error
+from mcp_gateway.transport.auth import insufficient_scope
 from mcp_gateway.transport.errors import MethodError
 from mcp_gateway.transport.exchange import Exchange
 from mcp_gateway.transport.results import REQUEST_KEY, render
@@ -79,6 +80,10 @@ async def tools_call(exchange: Exchange, message: Message, legacy: bool) -> dict
         if trace is not None:
             trace.rpc_error(INVALID_PARAMS, "unknown tool")
         raise MethodError(INVALID_PARAMS, f"Unknown tool: {name}")
+    scopes = exchange.requester.scopes
+    if scopes is not None and not tool.scopes <= scopes:
+        # HTTP 403, not a tool error: the client can ask for the scopes and retry.
+        raise insufficient_scope(exchange.agent, tool.scopes)
     human = (
         _human(exchange, message, tool, legacy=legacy)
         if tool.compiled.confirmation_required
@@ -90,7 +95,7 @@ async def tools_call(exchange: Exchange, message: Message, legacy: bool) -> dict
     outcome = await exchange.state.pipeline.call(
         CallRequest(
             agent=exchange.agent,
-            key_id=exchange.key.id,
+            requester=exchange.requester,
             request_id=exchange.request_id,
             tool=tool,
             arguments=message.params.get("arguments"),

@@ -70,7 +70,7 @@ async def read_request(exchange: Exchange, *, batches: bool) -> Message | list[A
     exchange.json_answer, exchange.sse_ok = accepted
     try:
         body = await exchange.state.body_reads.read(
-            exchange.key.id, exchange.receive, exchange.state.settings.max_body_bytes
+            exchange.requester.id, exchange.receive, exchange.state.settings.max_body_bytes
         )
     except BodyTooLarge:
         raise ProtocolError(413, "request body too large", code=INVALID_REQUEST) from None

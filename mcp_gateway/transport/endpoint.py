@@ -18,7 +18,7 @@ import structlog
 from mcp_gateway.request_ids import new_request_id
 from mcp_gateway.transport import legacy, modern
 from mcp_gateway.transport.asgi import Headers, Receive, Scope, Send, respond
-from mcp_gateway.transport.auth import authenticate
+from mcp_gateway.transport.auth import authenticate_requester
 from mcp_gateway.transport.errors import ProtocolError
 from mcp_gateway.transport.exchange import Exchange
 from mcp_gateway.transport.state import GatewayState
@@ -42,9 +42,9 @@ async def handle(
     if trace is not None:
         send = trace.watch(send)
     try:
-        agent, key = await authenticate(state, scope, headers, workspace, slug, "agent")
+        agent, requester = await authenticate_requester(state, scope, headers, workspace, slug)
         exchange = Exchange(
-            state, scope, receive, send, headers, agent, key, new_request_id(), trace=trace
+            state, scope, receive, send, headers, agent, requester, new_request_id(), trace=trace
         )
         structlog.contextvars.bind_contextvars(
             request_id=exchange.request_id, agent=f"{workspace}/{slug}"

@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mcp_gateway.catalog.snapshot import Agent, Key
+from mcp_gateway.catalog.snapshot import Agent
 from mcp_gateway.transport.asgi import (
     Headers,
     Receive,
@@ -30,6 +30,7 @@ from mcp_gateway.transport.state import GatewayState
 from mcp_gateway.transport.streams import serve_stream
 from mcp_gateway.upkeep.metrics import RATE_LIMITED, requests_counter
 from mcp_gateway.vocabulary.jsonrpc import INVALID_REQUEST, RATE_LIMITED_CODE, RequestId, encode
+from mcp_gateway.vocabulary.requesters import Requester
 from shared.tracing import RequestTrace
 
 # Metric labels: a client names any method it likes; only these get a series of their own.
@@ -56,7 +57,7 @@ _CLASS_WORDS = {"tools_call": "tools/call tokens", "other": "tokens for other re
 @dataclass(slots=True)
 class Exchange:
     """One HTTP request to the MCP endpoint and its answer, after authentication
-    (mcp_gateway.transport.auth): the key, its agent, and the ASGI channel."""
+    (mcp_gateway.transport.auth): who asks, the agent, and the ASGI channel."""
 
     state: GatewayState
     scope: Scope
@@ -64,7 +65,7 @@ class Exchange:
     send: Send
     headers: Headers
     agent: Agent
-    key: Key
+    requester: Requester
     request_id: str  # Crank's ``req_...`` id, for logs and the call log
     rpc_method: str = "-"  # for metrics and logs, once known
     json_answer: bool = (
@@ -96,7 +97,7 @@ class Exchange:
         holds (docs/architecture.md, "Rate limits across replicas")."""
         limit = self.agent.rate_limit or self.state.default_rate_limit
         try:
-            wait_s = self.state.limiter.admit(self.key.id, limit, costs)
+            wait_s = self.state.limiter.admit(self.requester.id, limit, costs)
         except OverCapacity as over:
             RATE_LIMITED.labels(f"{self.agent.workspace}/{self.agent.slug}", over.kind).inc()
             raise ProtocolError(

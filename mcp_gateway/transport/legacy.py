@@ -76,7 +76,7 @@ def _session(exchange: Exchange, version_header: str | None) -> Session:
     digest = session_hash(session_id)
     if (
         claims is None
-        or claims.key_id != exchange.key.id
+        or claims.requester_id != exchange.requester.id
         or claims.agent_id != exchange.agent.id
         or digest in exchange.state.ended_sessions.ended
     ):
@@ -191,7 +191,7 @@ async def _initialize(exchange: Exchange, message: Message) -> None:
     if exchange.agent.description:
         answer["instructions"] = exchange.agent.description
     session_id = exchange.state.sessions.issue(
-        exchange.key.id,
+        exchange.requester.id,
         exchange.agent.id,
         negotiated,
         elicitation=negotiated in ELICITATION_VERSIONS

@@ -8,7 +8,8 @@ page, in the order the agent binds them; every page but the last carries
 ``nextCursor``. A cursor names the page and the agent's list fingerprint, so
 it works on every replica that serves the same list, and a cursor issued
 before the list changed is refused instead of silently skipping or repeating
-tools. A cursor this server cannot use raises ``BadCursor``, which both eras
+tools. A caller whose token lacks some tools' scopes sees a list without
+them, with its own fingerprint (docs/architecture.md, "Identity"). A cursor this server cannot use raises ``BadCursor``, which both eras
 answer with JSON-RPC -32602 (mcp_gateway.transport.methods).
 """
 
@@ -18,7 +19,7 @@ import base64
 import binascii
 from typing import Any, NamedTuple
 
-from mcp_gateway.catalog.snapshot import Agent
+from mcp_gateway.catalog.snapshot import Agent, ToolList
 from mcp_gateway.vocabulary.jsonrpc import RequestId, encode
 
 SERVER_NAME = "crank"
@@ -39,11 +40,11 @@ def server_info(agent: Agent) -> dict[str, Any]:
     return info
 
 
-def _list_tag(agent: Agent) -> str:
-    return agent.fingerprint[:6].hex()
+def _list_tag(listed: ToolList) -> str:
+    return listed.fingerprint[:6].hex()
 
 
-def _page_index(cursor: Any, agent: Agent, pages: int) -> int:
+def _page_index(cursor: Any, listed: ToolList, pages: int) -> int:
     if cursor is None:
         return 0
     if not isinstance(cursor, str):
@@ -55,15 +56,15 @@ def _page_index(cursor: Any, agent: Agent, pages: int) -> int:
         raise BadCursor("cursor is not one this server issued") from None
     if not colon:
         raise BadCursor("cursor is not one this server issued")
-    if tag != _list_tag(agent):
+    if tag != _list_tag(listed):
         raise BadCursor("the tool list changed since this cursor was issued; list from the start")
     if not 0 < index < pages:
         raise BadCursor("cursor is not one this server issued")
     return index
 
 
-def _cursor(index: int, agent: Agent) -> str:
-    return base64.urlsafe_b64encode(f"{index}:{_list_tag(agent)}".encode()).decode()
+def _cursor(index: int, listed: ToolList) -> str:
+    return base64.urlsafe_b64encode(f"{index}:{_list_tag(listed)}".encode()).decode()
 
 
 class ToolsPage(NamedTuple):
@@ -88,9 +89,10 @@ class ToolsPage(NamedTuple):
         )
 
 
-def tools_page(agent: Agent, cursor: Any, *, legacy: bool) -> ToolsPage:
-    """The page ``cursor`` names (the first without one), as the era lists it."""
-    pages = agent.pages if legacy else agent.modern_pages
-    index = _page_index(cursor, agent, len(pages))
-    following = _cursor(index + 1, agent) if index + 1 < len(pages) else None
+def tools_page(listed: ToolList, cursor: Any, *, legacy: bool) -> ToolsPage:
+    """The page ``cursor`` names (the first without one), as the era lists it.
+    ``listed``: what the caller may see (``Agent.listed_for``)."""
+    pages = listed.pages if legacy else listed.modern_pages
+    index = _page_index(cursor, listed, len(pages))
+    following = _cursor(index + 1, listed) if index + 1 < len(pages) else None
     return ToolsPage(pages[index], following)

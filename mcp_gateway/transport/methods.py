@@ -53,7 +53,10 @@ async def _ping(exchange: Exchange, message: Message, legacy: bool) -> Result:
 
 async def _tools_list(exchange: Exchange, message: Message, legacy: bool) -> Result:
     try:
-        return tools_page(exchange.agent, message.params.get("cursor"), legacy=legacy)
+        listed = exchange.agent.listed_for(
+            exchange.requester.scopes, exchange.state.settings.mcp_tools_page_size
+        )
+        return tools_page(listed, message.params.get("cursor"), legacy=legacy)
     except BadCursor as exc:  # 400 in 2026-07-28: the revision maps -32602 to 400
         raise MethodError(INVALID_PARAMS, str(exc), status=400) from None
 

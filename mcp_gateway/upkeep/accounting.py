@@ -16,6 +16,7 @@ import msgspec
 from mcp_gateway.upkeep.call_log import CallLogWriter, CallRecord
 from mcp_gateway.upkeep.metrics import agent_label, observe_tool_call
 from shared.engine.upstream import UpstreamCall
+from shared.identity.access_tokens import Principal
 
 
 class Caller(msgspec.Struct, frozen=True):
@@ -27,6 +28,7 @@ class Caller(msgspec.Struct, frozen=True):
     workspace: str
     agent: str
     key_id: int | None
+    person: Principal | None = None  # who signed in, when a token authenticated
 
 
 class CallClock(msgspec.Struct, frozen=True):

@@ -125,7 +125,8 @@ class OperationSpec(_Spec, kw_only=True):
     execution_config: ExecutionConfig = msgspec.field(default_factory=ExecutionConfig)
     safety: SafetySpec = msgspec.field(default_factory=SafetySpec)
     # OAuth scopes a caller's token must hold for this tool, beyond its agent's
-    # (docs/operation-file.md, "Identity"); stored and versioned, not yet enforced.
+    # (docs/operation-file.md, "Identity"): tools/list hides the tool from a token
+    # without them, tools/call refuses it 403 insufficient_scope.
     scopes: list[str] = msgspec.field(default_factory=list)
 
     def confirmation_required(self) -> bool:
@@ -147,7 +148,7 @@ ConfirmationMode = Literal["auto", "token"]
 class AgentAuth(_Spec, kw_only=True):
     """Who may call an agent (docs/operation-file.md, "Identity"): tokens of the named
     identity providers holding ``scopes``, and agent keys unless ``agent_keys`` is false.
-    Stored and published; the gateway does not check tokens yet."""
+    A caller presents a key or a token, never both."""
 
     providers: list[str] = msgspec.field(default_factory=list)
     agent_keys: bool = True

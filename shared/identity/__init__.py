@@ -1,5 +1,4 @@
 """Identity: access tokens from external identity providers (Crank is a resource server).
 
-Not yet wired into the gateway or the control plane (docs/architecture.md,
-"Identity (in progress)").
+The gateway checks its callers' tokens with it (docs/architecture.md, "Identity").
 """

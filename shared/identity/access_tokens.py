@@ -2,7 +2,7 @@
 
 Pure and synchronous: the key set comes from the caller (``jwks_cache``), the
 result cache and the refetch on an unknown key are ``validator``'s. The checks
-and why (RFC 8725): docs/architecture.md, "Identity (in progress)".
+and why (RFC 8725): docs/architecture.md, "Identity".
 """
 
 from __future__ import annotations

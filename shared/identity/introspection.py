@@ -3,7 +3,7 @@
 Only ``validator`` calls this, for a token that is no JWT, and only for the one
 issuer configured with an endpoint (a token is never shown to an IdP that may
 not have issued it). Its result is cached like a JWT's, for a shorter time
-(docs/architecture.md, "Identity (in progress)").
+(docs/architecture.md, "Identity").
 """
 
 from __future__ import annotations

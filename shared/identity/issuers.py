@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 # Asymmetric signatures only: an HMAC key would be a secret shared with the IdP,
-# and "none" is no signature (docs/architecture.md, "Identity (in progress)").
+# and "none" is no signature (docs/architecture.md, "Identity").
 ASYMMETRIC_ALGORITHMS: frozenset[str] = frozenset(
     {
         *("RS256", "RS384", "RS512", "PS256", "PS384", "PS512"),

@@ -1,7 +1,6 @@
 """Each issuer's key set, kept in memory: refreshed after a TTL, refetched on an
 unknown ``kid`` at most once per interval, one fetch at a time, and the last
-good set kept while the IdP is unreachable (docs/architecture.md, "Identity (in
-progress)")."""
+good set kept while the IdP is unreachable (docs/architecture.md, "Identity")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Validation results by token digest: a repeat call costs a hash, a dict look-up
-and an expiry check (docs/architecture.md, "Identity (in progress)")."""
+and an expiry check (docs/architecture.md, "Identity")."""
 
 from __future__ import annotations
 

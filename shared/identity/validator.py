@@ -1,9 +1,7 @@
-"""The access token check the gateway will call: the result cache first, then
-a JWT's issuer keys (refetched once on an unknown kid) and the full validation,
-or, for an opaque token, the introspecting issuer's endpoint.
-
-Not yet wired: nothing calls it outside the tests and the bench
-(docs/architecture.md, "Identity (in progress)").
+"""The access token check: the result cache first, then a JWT's issuer keys
+(refetched once on an unknown kid) and the full validation, or, for an opaque
+token, the introspecting issuer's endpoint. The gateway calls it through an
+agent's ``provider_sets.ProviderSet`` (docs/architecture.md, "Identity").
 """
 
 from __future__ import annotations

@@ -143,15 +143,13 @@ async def test_unknown_fields_get_a_did_you_mean(client: Client, acme: str) -> N
     assert "did you mean `agent_keys`?" in answer.text
 
 
-async def test_an_agent_refusing_keys_is_stored_but_not_published_until_tokens_are_checked(
-    client: Client, acme: str
-) -> None:
+async def test_an_agent_refusing_keys_must_name_a_provider(client: Client, acme: str) -> None:
     keyless = identity_file(agent_keys=False)
-    drafts = await post_apply(client, acme, keyless)
-    assert drafts["errors"] == []
-    published = await post_apply(client, acme, keyless, publish="true")
-    assert [e["field"] for e in published["errors"]] == ["agents[0].auth.agent_keys"]
-    assert "does not check identity provider tokens yet" in published["errors"][0]["message"]
+    assert (await post_apply(client, acme, keyless, publish="true"))["errors"] == []
+    nobody = identity_file(agent_keys=False, providers=[])
+    drafts = await post_apply(client, acme, nobody)
+    assert [e["field"] for e in drafts["errors"]] == ["agents[0].auth.agent_keys"]
+    assert "agent keys are the only way in" in drafts["errors"][0]["message"]
 
 
 async def test_a_provider_an_agent_names_cannot_be_deleted(client: Client, acme: str) -> None:

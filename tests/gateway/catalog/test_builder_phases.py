@@ -34,7 +34,7 @@ from tests.support.api import Client, auth
 from tests.support.db import TEST_SECRET_KEY
 from tests.support.gateway import FRANKFURTER, seed_catalog
 
-PAGE_SIZE = 500
+OPTIONS = SnapshotOptions(page_size=500)
 
 
 def tool(name: str, operation_id: int, version: int) -> Tool:
@@ -77,7 +77,7 @@ async def first() -> Snapshot:
     changes = _Changes(
         agents_changed=set(ROWS), operations=OPERATIONS, agent_rows=ROWS, touched=list(ROWS)
     )
-    made = await _rebuild_agents(Snapshot.empty(), changes, TOOLS, {}, PAGE_SIZE, Slicer())
+    made = await _rebuild_agents(Snapshot.empty(), changes, TOOLS, {}, OPTIONS, Slicer())
     assert made.rebuilt == 3
     return Snapshot(1, 0.0, made.by_name, made.by_id, {})
 
@@ -89,7 +89,7 @@ async def test_an_agent_whose_inputs_are_unchanged_stays_the_very_same_object() 
     changes = _Changes(
         operations_changed={1}, operations=operations, agent_rows=ROWS, touched=[1, 2]
     )
-    agents = await _rebuild_agents(previous, changes, TOOLS, {}, PAGE_SIZE, Slicer())
+    agents = await _rebuild_agents(previous, changes, TOOLS, {}, OPTIONS, Slicer())
     assert agents.rebuilt == 0
     assert agents.by_name is previous.agents  # no map was copied either
     assert agents.by_id is previous.agents_by_id
@@ -102,7 +102,7 @@ async def test_a_new_tool_version_repages_only_the_agents_that_bind_it() -> None
     changes = _Changes(
         operations_changed={1}, operations=operations, agent_rows=ROWS, touched=[1, 2]
     )
-    agents = await _rebuild_agents(previous, changes, TOOLS, {}, PAGE_SIZE, Slicer())
+    agents = await _rebuild_agents(previous, changes, TOOLS, {}, OPTIONS, Slicer())
     assert agents.rebuilt == 1
     rebuilt = agents.by_id[1]
     assert rebuilt.tools == (TOOLS[RATES_V2],)
@@ -120,7 +120,7 @@ async def test_a_secret_rebuilds_the_agent_but_keeps_its_tools_and_pages() -> No
     previous = await first()
     changes = _Changes(secrets_changed={1}, operations=OPERATIONS, agent_rows=ROWS, touched=[1, 2])
     secrets = {1: {"TOKEN": "v"}}
-    agents = await _rebuild_agents(previous, changes, TOOLS, secrets, PAGE_SIZE, Slicer())
+    agents = await _rebuild_agents(previous, changes, TOOLS, secrets, OPTIONS, Slicer())
     assert agents.rebuilt == 1
     rebuilt, old = agents.by_id[1], previous.agents_by_id[1]
     assert rebuilt is not old
@@ -136,7 +136,7 @@ async def test_a_changed_row_rebuilds_and_a_gone_agent_leaves_both_maps() -> Non
     previous = await first()
     rows = {1: row(1, 1, ["rates"], title="Renamed"), 2: ROWS[2]}  # agent 3 is deleted
     changes = _Changes(agents_changed={1, 3}, operations=OPERATIONS, agent_rows=rows, touched=[1])
-    agents = await _rebuild_agents(previous, changes, TOOLS, {}, PAGE_SIZE, Slicer())
+    agents = await _rebuild_agents(previous, changes, TOOLS, {}, OPTIONS, Slicer())
     assert agents.rebuilt == 1
     assert agents.by_id[1].title == "Renamed"
     assert agents.by_id[1].pages is previous.agents_by_id[1].pages  # same tools

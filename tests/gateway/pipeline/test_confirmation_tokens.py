@@ -120,17 +120,17 @@ def test_the_expiry_follows_the_configured_ttl() -> None:
 
 def test_a_request_state_binds_the_key_and_expires() -> None:
     states = ConfirmationSigner(KEY, ttl_s=120, kind=REQUEST_STATES)
-    state = states.issue(**CONTEXT, key_id=11, now=NOW)
+    state = states.issue(**CONTEXT, requester_id=11, now=NOW)
     assert state.startswith("rs_")
-    assert states.verify(state, **CONTEXT, key_id=11, now=NOW + 119).expires_at.timestamp() == (
-        NOW + 120
-    )
+    assert states.verify(
+        state, **CONTEXT, requester_id=11, now=NOW + 119
+    ).expires_at.timestamp() == (NOW + 120)
     for key_id in (12, None):
         with pytest.raises(InvalidToken) as other:
-            states.verify(state, **CONTEXT, key_id=key_id, now=NOW)
+            states.verify(state, **CONTEXT, requester_id=key_id, now=NOW)
         assert other.value.reason == "other_key"
     with pytest.raises(InvalidToken) as expired:
-        states.verify(state, **CONTEXT, key_id=11, now=NOW + 120)
+        states.verify(state, **CONTEXT, requester_id=11, now=NOW + 120)
     assert expired.value.reason == "expired"
 
 
@@ -141,11 +141,11 @@ def test_a_token_and_a_request_state_never_pass_for_each_other(
     even with the prefix swapped."""
     states = ConfirmationSigner(KEY, ttl_s=300, kind=REQUEST_STATES)
     token = signer.issue(**CONTEXT, now=NOW)
-    state = states.issue(**CONTEXT, key_id=11, now=NOW)
+    state = states.issue(**CONTEXT, requester_id=11, now=NOW)
     with pytest.raises(InvalidToken):
         states.verify("rs_" + token[3:], **CONTEXT, now=NOW)
     with pytest.raises(InvalidToken):
-        signer.verify("ct_" + state[3:], **CONTEXT, key_id=11, now=NOW)
+        signer.verify("ct_" + state[3:], **CONTEXT, requester_id=11, now=NOW)
     with pytest.raises(InvalidToken):
         states.verify(token, **CONTEXT, now=NOW)
 
