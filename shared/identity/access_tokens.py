@@ -52,7 +52,7 @@ class Principal:
     issuer: str
     subject: str
     display_name: str | None  # name, else email, else preferred_username
-    client_id: str | None  # client_id (RFC 9068), else azp
+    client_id: str | None  # client_id, else azp, cid or appid
     groups: tuple[str, ...]
     scopes: frozenset[str]  # scope (space-separated) or scp (list or string)
     expires_at: float
@@ -178,6 +178,7 @@ def _type_accepted(typ: object, accepted: tuple[str, ...]) -> bool:
 
 # username: RFC 7662's name for the person in an introspection answer.
 _DISPLAY_CLAIMS = ("name", "email", "preferred_username", "username")
+_CLIENT_CLAIMS = ("client_id", "azp", "cid", "appid")  # RFC 9068, OpenID, Okta, Entra v1
 _REGISTRIES: dict[str, JWSRegistry] = {}
 
 
@@ -237,12 +238,12 @@ def principal_from(claims: dict[str, Any], issuer: TrustedIssuer, expires_at: fl
     if not isinstance(subject, str) or not subject:
         raise TokenRefused("missing_claim", issuer.subject_claim)
     display = next((v for c in _DISPLAY_CLAIMS if isinstance(v := claims.get(c), str)), None)
-    client_id = claims.get("client_id", claims.get("azp"))
+    client_id = next((v for c in _CLIENT_CLAIMS if isinstance(v := claims.get(c), str)), None)
     return Principal(
         issuer=issuer.issuer,
         subject=subject,
         display_name=display,
-        client_id=client_id if isinstance(client_id, str) else None,
+        client_id=client_id,
         groups=_strings(claims, issuer.groups_claim) if issuer.groups_claim else (),
         scopes=frozenset(_strings(claims, "scope") + _strings(claims, "scp")),
         expires_at=expires_at,

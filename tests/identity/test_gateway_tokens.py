@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from tests.support.api import Client, auth
-from tests.support.gateway import run_gateway, serve_upstream
+from tests.support.gateway import run_gateway, serve_upstream, wait_until
 from tests.support.mcp import modern, request
 from tests.support.oidc import OpenIDProvider, openid_provider
 from tests.support.processes import free_port
@@ -225,8 +225,30 @@ async def test_an_agent_that_takes_no_keys_sends_a_key_to_sign_in(
     async def key_refused() -> bool:
         return await _list_status(shop, "/mcp/v1/acme/shop", shop.key) == 401
 
-    from tests.support.gateway import wait_until
-
     await wait_until(key_refused, timeout_s=15)
     token = await shop.token("shop:read")
     assert await _list(shop, token) == ["hours"]
+
+
+async def test_a_provider_change_reaches_the_gateway_like_a_publish(
+    shop: Shop, client: Client, admin_token: str
+) -> None:
+    token = await shop.token("shop:read")
+    assert await _list(shop, token) == ["hours"]
+    url = f"{WS}/identity-providers/local"
+    read = await client.get(url, headers=auth(admin_token))
+    provider = {"name": "local", "issuer": shop.idp.issuer, "token_types": ["JWT"]}
+    put = await client.put(url, json=provider, headers=auth(admin_token, read.headers["etag"]))
+    assert put.status_code == 200, put.text
+
+    async def refused_as_wrong_type() -> bool:
+        answer = await shop.http.post(
+            "/mcp/v1/acme/shop", json=request("tools/list"), headers=modern(token, "tools/list")
+        )
+        return (
+            answer.status_code == 401
+            and 'error_description="wrong_type"' in (answer.headers["www-authenticate"])
+        )
+
+    # The same token, remembered as accepted, is checked again under the new settings.
+    await wait_until(refused_as_wrong_type, timeout_s=15)

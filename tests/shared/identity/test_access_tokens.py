@@ -80,6 +80,14 @@ def test_an_es256_token_with_scp_list_azp_and_groups(ec: ECKey, keys: Verificati
     )
 
 
+@pytest.mark.parametrize(("claim", "vendor"), [("cid", "okta"), ("appid", "entra-v1")])
+def test_the_client_is_read_from_the_claim_each_provider_names_it_in(
+    ec: ECKey, keys: VerificationKeys, claim: str, vendor: str
+) -> None:
+    token = mint(ec, ISSUER, alg="ES256", client_id=None, **{claim: vendor})
+    assert validate(token, trusted(), AUDIENCE, keys, NOW).client_id == vendor
+
+
 @pytest.mark.parametrize(
     ("alg", "make"),
     [
