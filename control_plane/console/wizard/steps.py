@@ -13,6 +13,7 @@ import copy
 import json
 from typing import Any, Final
 
+from control_plane.console.forms import word_list
 from control_plane.console.wizard.schema import ParamRow
 from shared.engine.spec_validation import FieldError
 
@@ -61,6 +62,7 @@ _PLACES: Final[dict[str, tuple[tuple[str, str], ...]]] = {
         ("execution_config.retries", "retries"),
         ("safety.confirmation", "confirmation"),
         ("safety.approval", "approval"),
+        ("scopes", "scopes"),
     ),
 }
 _ROW_PLACES: Final = (
@@ -124,6 +126,7 @@ _STEP_OF_FIELD: Final = (
     ("response", "response"),
     ("execution_config", "safety"),
     ("safety", "safety"),
+    ("scopes", "safety"),
 )
 
 
@@ -318,6 +321,7 @@ SAFETY_FIELDS: Final = (
     "confirmation",
     "timeout_ms",
     "retries",
+    "scopes",
 )
 
 
@@ -334,6 +338,7 @@ def safety_values(draft: dict[str, Any]) -> dict[str, str]:
         else str(confirmation).lower(),
         "timeout_ms": str(execution["timeout_ms"]),
         "retries": str(execution["retries"]),
+        "scopes": " ".join(draft.get("scopes") or []),
     }
 
 
@@ -348,6 +353,7 @@ def apply_safety(
     execution["idempotency"] = {"argument": argument, "header": header} if argument else None
     _set_integers(values, ("timeout_ms", "retries"), execution, errors)
     spec["safety"]["approval"] = values["approval"] == "on"
+    spec["scopes"] = word_list(values["scopes"])
     confirmation = values["confirmation"]
     if confirmation not in CONFIRMATIONS:
         errors["confirmation"] = "choose auto, true or false"

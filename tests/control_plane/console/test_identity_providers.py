@@ -14,9 +14,10 @@ from tests.support.console import hidden_value, sign_in
 
 API = "/api/v1/workspaces/acme/identity-providers"
 UI = "/ui/w/acme/identity-providers"
-CORP = {
+ISSUER = "https://id.example.com/realms/staff"
+CORP: dict[str, Any] = {
     "name": "corp",
-    "issuer": "https://id.example.com/realms/staff",
+    "issuer": ISSUER,
     "algorithms": ["RS256", "ES256"],
     "token_types": ["at+jwt"],
     "subject_claim": "sub",
@@ -207,10 +208,10 @@ async def test_viewers_and_editors_read_and_change_nothing(
         assert f'action="{UI}"' not in listed.text
         page = await client.get(f"{UI}/corp")
         assert page.status_code == 200
-        assert CORP["issuer"] in page.text
+        assert ISSUER in page.text
         assert f'action="{UI}/corp"' not in page.text
         assert f'href="{UI}/corp/delete"' not in page.text
-        writes = {
+        writes: dict[str, dict[str, Any]] = {
             UI: {**CORP, "name": "other", "issuer": "https://other.example"},
             f"{UI}/corp": {**CORP, "etag": etag, "leeway_s": "5"},
             f"{UI}/corp/delete": {"etag": etag},
