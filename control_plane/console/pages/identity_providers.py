@@ -80,7 +80,7 @@ ALGORITHM_CHOICES: Final = (
     *DEFAULT_ALGORITHMS,
     *sorted(ASYMMETRIC_ALGORITHMS - set(DEFAULT_ALGORITHMS)),
 )
-TOKEN_TYPE_CHOICES: Final = tuple(sorted(TOKEN_TYPES))
+TOKEN_TYPE_CHOICES: Final = tuple(sorted(TOKEN_TYPES, key=str.lower))  # at+jwt first
 
 
 def providers_path(ws: Workspace) -> str:
