@@ -33,7 +33,7 @@ from control_plane.console.outcomes import confirmation
 from control_plane.console.outcomes import done as done_redirect
 from control_plane.console.rendering import page
 from control_plane.deps import Caller, CurrentWorkspace, DbConn
-from control_plane.errors import ApiError, Conflict, ValidationFailed
+from control_plane.errors import Conflict, ValidationFailed
 from control_plane.services.agent_identity import agents_naming
 from control_plane.services.identity_providers import (
     MAX_CLAIM_CHARS,
@@ -143,9 +143,9 @@ def _spec(submitted: dict[str, Any], name: str) -> IdentityProviderSpec:
     )
 
 
-def _form_context(conn_secrets: list[str]) -> dict[str, Any]:
+def _form_context(secret_names: list[str]) -> dict[str, Any]:
     return {
-        "secret_names": conn_secrets,
+        "secret_names": secret_names,
         "algorithm_choices": ALGORITHM_CHOICES,
         "token_type_choices": TOKEN_TYPE_CHOICES,
         "max_claim": MAX_CLAIM_CHARS,
@@ -167,6 +167,7 @@ async def _list_page(
     form: dict[str, Any] | None = None,
     done: str = "",
 ) -> Template:
+    # One look-up per provider for the agents naming it: a workspace trusts a few.
     providers = await list_providers(conn, ws)
     return page(
         request,
@@ -222,15 +223,13 @@ async def create(
     submitted = _submitted(await read_form(request))
     try:
         await create_provider(conn, ws, principal.actor, _spec(submitted, submitted["name"]))
-    except (ValidationFailed, Conflict) as exc:
-        if isinstance(exc, Conflict) and exc.code != "already_exists":
-            raise
+    except (ValidationFailed, Conflict) as exc:  # a taken name or issuer: above the form
         return await _list_page(
             request,
             ws,
             conn,
             status_code=exc.status_code,
-            errors=errors_at(exc, FIELDS) if exc.errors else {"": exc.message},
+            errors=errors_at(exc, FIELDS),
             form=submitted,
         )
     return done_redirect(providers_path(ws), "created")
@@ -253,21 +252,25 @@ async def _refused(
     ws: Workspace,
     conn: Connection,
     name: str,
-    exc: ApiError,
+    exc: ValidationFailed | Conflict,
     submitted: dict[str, Any] | None = None,
 ) -> Template:
     """The provider's current page after a write that wrote nothing: a stale page (409,
     the current settings shown), settings the service refused (400, what was typed
-    kept), or a delete refused while agents name the provider (409, the API's words)."""
+    kept; a taken issuer, 409), or a delete refused while agents name the provider
+    (409, the API's words above the page)."""
     row = await require_provider(conn, ws, name)
     if is_stale(exc):
         return await _provider_page(request, ws, conn, row, status_code=409, stale=True)
-    if isinstance(exc, ValidationFailed) or (isinstance(exc, Conflict) and not exc.errors):
-        errors = errors_at(exc, FIELDS) if exc.errors else {"": exc.message}
-        return await _provider_page(
-            request, ws, conn, row, status_code=exc.status_code, errors=errors, form=submitted
-        )
-    raise exc
+    return await _provider_page(
+        request,
+        ws,
+        conn,
+        row,
+        status_code=exc.status_code,
+        errors=errors_at(exc, FIELDS),
+        form=submitted,
+    )
 
 
 @post("/w/{workspace:str}/identity-providers/{name:str}", access=Role.OWNER)
