@@ -70,7 +70,7 @@ def errors_at(exc: ApiError, fields: Collection[str]) -> dict[str, str]:
     field shows goes to ``""`` with its path, so nothing refused is left unsaid."""
     found: dict[str, str] = {}
     for error in exc.errors:
-        place = max((f for f in fields if _under(error.field, f)), key=len, default="")
+        place = max((f for f in fields if under(error.field, f)), key=len, default="")
         message = error.message if place else f"{error.field}: {error.message}"
         found[place] = f"{found[place]} {message}" if place in found else message
     if not found:
@@ -78,7 +78,8 @@ def errors_at(exc: ApiError, fields: Collection[str]) -> dict[str, str]:
     return found
 
 
-def _under(path: str, field: str) -> bool:
+def under(path: str, field: str) -> bool:
+    """Whether the spec path ``path`` is ``field`` or inside it (``field.x``, ``field[0]``)."""
     return path == field or path.startswith((field + ".", field + "["))
 
 

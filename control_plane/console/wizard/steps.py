@@ -13,7 +13,7 @@ import copy
 import json
 from typing import Any, Final
 
-from control_plane.console.forms import word_list
+from control_plane.console.forms import under, word_list
 from control_plane.console.wizard.schema import ParamRow
 from shared.engine.spec_validation import FieldError
 
@@ -79,15 +79,11 @@ _ROW_PLACES: Final = (
 )
 
 
-def _under(field: str, prefix: str) -> bool:
-    return field == prefix or field.startswith((prefix + ".", prefix + "["))
-
-
 def _row_place(field: str, rows: list[ParamRow]) -> str | None:
     """The row field an ``input.properties.<name>...`` error belongs to."""
     for row in rows:
         base = f"input.properties.{row.name}"
-        if not _under(field, base):
+        if not under(field, base):
             continue
         rest = field[len(base) + 1 :]
         for keyword, place in _ROW_PLACES:
@@ -110,7 +106,7 @@ def place_errors(
             continue
         if place is None:
             place = next(
-                (to for prefix, to in _PLACES.get(step, ()) if _under(error.field, prefix)), None
+                (to for prefix, to in _PLACES.get(step, ()) if under(error.field, prefix)), None
             )
         if place is None:
             elsewhere.append(error)
@@ -132,7 +128,7 @@ _STEP_OF_FIELD: Final = (
 
 def step_of(field: str | None) -> str:
     """The step whose form edits a spec field (a lint finding's field links to it)."""
-    return next((step for prefix, step in _STEP_OF_FIELD if _under(field or "", prefix)), "request")
+    return next((step for prefix, step in _STEP_OF_FIELD if under(field or "", prefix)), "request")
 
 
 def form_values(form: Any, names: tuple[str, ...]) -> dict[str, str]:
