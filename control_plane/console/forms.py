@@ -9,6 +9,7 @@ else" notice (docs/architecture.md, "The console").
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import Any
 
 from litestar import Request
@@ -23,6 +24,7 @@ STALE_MESSAGE = (
     "state, then make your change again."
 )
 _INDEX = re.compile(r"\[\d+\].*$|\..*$")
+_SEPARATORS = re.compile(r"[\s,]+")
 
 
 async def read_form(request: Request[Any, Any, Any]) -> FormMultiDict:
@@ -59,6 +61,31 @@ def field_errors(exc: ApiError) -> dict[str, str]:
     if not found:
         found[""] = exc.message
     return found
+
+
+def errors_at(exc: ApiError, fields: Collection[str]) -> dict[str, str]:
+    """Messages by form field for a form whose fields name nested paths
+    (``auth.scopes``, ``introspection.client_id``): an error goes to the longest of
+    ``fields`` its path starts with (``auth.scopes[1]`` to ``auth.scopes``); one no
+    field shows goes to ``""`` with its path, so nothing refused is left unsaid."""
+    found: dict[str, str] = {}
+    for error in exc.errors:
+        place = max((f for f in fields if under(error.field, f)), key=len, default="")
+        message = error.message if place else f"{error.field}: {error.message}"
+        found[place] = f"{found[place]} {message}" if place in found else message
+    if not found:
+        found[""] = exc.message
+    return found
+
+
+def under(path: str, field: str) -> bool:
+    """Whether the spec path ``path`` is ``field`` or inside it (``field.x``, ``field[0]``)."""
+    return path == field or path.startswith((field + ".", field + "["))
+
+
+def word_list(raw: str) -> list[str]:
+    """A list typed as words separated by spaces or commas (scopes); blanks do not count."""
+    return [word for word in _SEPARATORS.split(raw) if word]
 
 
 def is_stale(exc: ApiError) -> bool:

@@ -21,8 +21,10 @@ def confirmation(
     action: str,
     button: str,
     cancel: str,
+    etag: str = "",
 ) -> Template:
-    """The page that asks ``question``; its form posts to ``action``."""
+    """The page that asks ``question``; its form posts to ``action``, with ``etag``
+    (the revision the question was asked about) when the write takes If-Match."""
     return page(
         request,
         "confirm.html",
@@ -31,6 +33,7 @@ def confirmation(
         action=action,
         button=button,
         cancel=cancel,
+        etag=etag,
     )
 
 

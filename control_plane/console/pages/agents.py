@@ -2,7 +2,10 @@
 the operations it binds, publish and unpublish, its MCP endpoint and client
 configurations). Reads need the viewer role, writes the editor role, as in the
 admin API (control_plane/routes/agents.py); every write names the ETag the page
-was rendered with, so a draft changed meanwhile is never overwritten."""
+was rendered with, so a draft changed meanwhile is never overwritten. The draft's
+form also holds the agent's ``auth``: the workspace's identity providers whose
+tokens it accepts, whether agent keys are, and the scopes every caller needs
+(docs/architecture.md, "Identity (in progress)")."""
 
 from __future__ import annotations
 
@@ -11,18 +14,21 @@ from typing import Any
 
 import msgspec
 from litestar import Request, get, post
+from litestar.datastructures import FormMultiDict
 from litestar.params import FromPath, FromQuery
 from litestar.response import Redirect, Template
 
 from control_plane.auth import Role, Workspace
 from control_plane.console.forms import (
     STALE_MESSAGE,
+    errors_at,
     field_errors,
     is_stale,
     precondition,
     read_form,
     text,
     values,
+    word_list,
 )
 from control_plane.console.mcp_clients import approver_snippet, client_snippets, endpoint
 from control_plane.console.outcomes import done as done_redirect
@@ -43,12 +49,19 @@ from control_plane.services.agents import (
     unpublish_agent,
     update_agent_draft,
 )
+from control_plane.services.identity_providers import list_providers
 from control_plane.services.keys import list_api_keys
 from control_plane.services.operations import OperationSummary, list_operations
 from control_plane.services.webhooks import CreatedWebhook, list_webhooks
 from control_plane.state import AppState
 from shared.db import Connection
-from shared.engine.spec import WEBHOOK_EVENTS, WEBHOOK_FORMATS, AgentSpec, agent_from_builtins
+from shared.engine.spec import (
+    WEBHOOK_EVENTS,
+    WEBHOOK_FORMATS,
+    AgentAuth,
+    AgentSpec,
+    agent_from_builtins,
+)
 
 # What a redirect after a write says on the page it lands on (a fixed word, never text
 # from the request, so the URL cannot put words on the page).
@@ -58,12 +71,37 @@ DONE = {
     "unpublished": "Unpublished: the gateways no longer serve this agent.",
     "webhook_revoked": "Webhook subscription revoked.",
 }
+# The draft form's fields, named by the spec's paths so the service's errors land beside them.
+DRAFT_FIELDS = (
+    "title",
+    "description",
+    "operations",
+    "auth.providers",
+    "auth.agent_keys",
+    "auth.scopes",
+)
 # The words a publish redirects with: the page then shows the publish's report.
 PUBLISHED = {"published": True, "unchanged": False}  # word -> whether a version was made
 
 
 def agent_path(ws: Workspace, slug: str) -> str:
     return f"/ui/w/{ws.slug}/agents/{slug}"
+
+
+def keep_order(stored: list[str], checked: list[str]) -> list[str]:
+    """The checked names, in the order the agent had them; newly checked ones follow in
+    the page's order."""
+    kept = [name for name in stored if name in checked]
+    return kept + [name for name in dict.fromkeys(checked) if name not in kept]
+
+
+def auth_values(auth: AgentAuth) -> dict[str, Any]:
+    """An agent's ``auth`` as the draft form's fields hold it."""
+    return {
+        "providers": list(auth.providers),
+        "agent_keys": auth.agent_keys,
+        "scopes": " ".join(auth.scopes),
+    }
 
 
 def state_of(row: AgentRow) -> str:
@@ -191,8 +229,10 @@ async def agent_page(
         draft=draft,
         state=state_of(row),
         etag=etag(row.id, row.revision),
-        draft_form=draft_form or {"title": draft.title, "description": draft.description},
+        draft_form=draft_form
+        or {"title": draft.title, "description": draft.description, **auth_values(draft.auth)},
         bindings=bindings(bound, await all_operations(conn, ws.id)),
+        providers=await list_providers(conn, ws),
         done=DONE.get(done, ""),
         stale=STALE_MESSAGE if stale else "",
         errors=errors or {},
@@ -227,6 +267,17 @@ async def agent(
     return await agent_page(request, ws, conn, app_state, row, done=done, outcome=outcome)
 
 
+def _posted_auth(form: FormMultiDict, stored: AgentAuth) -> AgentAuth:
+    """The ``auth`` the draft form posted. Agent keys are a yes/no choice, so a form
+    without it (an older page) keeps the stored answer rather than turning them off."""
+    keys = text(form, "auth.agent_keys")
+    return AgentAuth(
+        providers=keep_order(stored.providers, values(form, "auth.providers")),
+        agent_keys=stored.agent_keys if keys not in ("yes", "no") else keys == "yes",
+        scopes=word_list(text(form, "auth.scopes")),
+    )
+
+
 @post("/w/{workspace:str}/agents/{slug:str}", access=Role.EDITOR)
 async def save_draft(
     request: Request[Any, Any, Any],
@@ -240,20 +291,20 @@ async def save_draft(
     expected = precondition(form)
     current = await require_agent(conn, ws, slug)
     stored = agent_from_builtins(current.draft)
-    checked = values(form, "operations")
-    # Keep the order the agent had; newly bound operations follow in the page's order.
-    operations = [n for n in stored.operations if n in checked]
-    operations += [n for n in dict.fromkeys(checked) if n not in operations]
+    operations = keep_order(stored.operations, values(form, "operations"))
+    auth = _posted_auth(form, stored.auth)
     submitted = {
         "title": text(form, "title"),
         "description": text(form, "description"),
         "operations": operations,
+        **auth_values(auth),
     }
     spec = msgspec.structs.replace(
         stored,
         title=submitted["title"],
         description=submitted["description"],
         operations=operations,
+        auth=auth,
     )
     try:
         await update_agent_draft(conn, ws, principal.actor, slug, spec, expected)
@@ -271,7 +322,7 @@ async def save_draft(
             app_state,
             current,
             status_code=400,
-            errors=field_errors(exc),
+            errors=errors_at(exc, DRAFT_FIELDS),
             draft_form=submitted,
         )
     return done_redirect(agent_path(ws, slug), "saved")

@@ -13,6 +13,7 @@ import copy
 import json
 from typing import Any, Final
 
+from control_plane.console.forms import under, word_list
 from control_plane.console.wizard.schema import ParamRow
 from shared.engine.spec_validation import FieldError
 
@@ -61,6 +62,7 @@ _PLACES: Final[dict[str, tuple[tuple[str, str], ...]]] = {
         ("execution_config.retries", "retries"),
         ("safety.confirmation", "confirmation"),
         ("safety.approval", "approval"),
+        ("scopes", "scopes"),
     ),
 }
 _ROW_PLACES: Final = (
@@ -77,15 +79,11 @@ _ROW_PLACES: Final = (
 )
 
 
-def _under(field: str, prefix: str) -> bool:
-    return field == prefix or field.startswith((prefix + ".", prefix + "["))
-
-
 def _row_place(field: str, rows: list[ParamRow]) -> str | None:
     """The row field an ``input.properties.<name>...`` error belongs to."""
     for row in rows:
         base = f"input.properties.{row.name}"
-        if not _under(field, base):
+        if not under(field, base):
             continue
         rest = field[len(base) + 1 :]
         for keyword, place in _ROW_PLACES:
@@ -108,7 +106,7 @@ def place_errors(
             continue
         if place is None:
             place = next(
-                (to for prefix, to in _PLACES.get(step, ()) if _under(error.field, prefix)), None
+                (to for prefix, to in _PLACES.get(step, ()) if under(error.field, prefix)), None
             )
         if place is None:
             elsewhere.append(error)
@@ -124,12 +122,13 @@ _STEP_OF_FIELD: Final = (
     ("response", "response"),
     ("execution_config", "safety"),
     ("safety", "safety"),
+    ("scopes", "safety"),
 )
 
 
 def step_of(field: str | None) -> str:
     """The step whose form edits a spec field (a lint finding's field links to it)."""
-    return next((step for prefix, step in _STEP_OF_FIELD if _under(field or "", prefix)), "request")
+    return next((step for prefix, step in _STEP_OF_FIELD if under(field or "", prefix)), "request")
 
 
 def form_values(form: Any, names: tuple[str, ...]) -> dict[str, str]:
@@ -318,6 +317,7 @@ SAFETY_FIELDS: Final = (
     "confirmation",
     "timeout_ms",
     "retries",
+    "scopes",
 )
 
 
@@ -334,6 +334,7 @@ def safety_values(draft: dict[str, Any]) -> dict[str, str]:
         else str(confirmation).lower(),
         "timeout_ms": str(execution["timeout_ms"]),
         "retries": str(execution["retries"]),
+        "scopes": " ".join(draft.get("scopes") or []),
     }
 
 
@@ -348,6 +349,7 @@ def apply_safety(
     execution["idempotency"] = {"argument": argument, "header": header} if argument else None
     _set_integers(values, ("timeout_ms", "retries"), execution, errors)
     spec["safety"]["approval"] = values["approval"] == "on"
+    spec["scopes"] = word_list(values["scopes"])
     confirmation = values["confirmation"]
     if confirmation not in CONFIRMATIONS:
         errors["confirmation"] = "choose auto, true or false"

@@ -294,3 +294,72 @@ async def test_a_viewer_sees_no_write_controls_and_a_forged_write_is_refused(
     assert isinstance(draft, dict)
     assert draft["title"] == "Rates"
     assert state["published"] is None
+
+
+@pytest.mark.usefixtures("acme")
+async def test_an_editor_sets_the_agents_auth_and_a_refusal_is_shown_beside_its_field(
+    client: Client, admin_token: str, database_url: str
+) -> None:
+    for name, issuer in (("corp", "https://id.example.com"), ("partners", "https://p.example")):
+        created = await client.post(
+            f"{API}/identity-providers",
+            json={"name": name, "issuer": issuer},
+            headers=auth(admin_token),
+        )
+        assert created.status_code == 201, created.text
+    csrf = await _signed_in(client, database_url, "editor")
+    path = await _create(client, csrf)
+    page = await client.get(path)
+    for name in ("corp", "partners"):
+        assert f'name="auth.providers" value="{name}"' in page.text
+    assert 'name="auth.agent_keys" value="yes" checked' in page.text
+    form = {"_csrf": csrf, "etag": hidden_value(page.text, "etag"), "title": "Rates"}
+
+    locked_out = await client.post(path, data={**form, "auth.agent_keys": "no"})
+    assert locked_out.status_code == 400
+    assert 'id="auth.agent_keys-error"' in locked_out.text
+    assert "agent keys are the only way in" in locked_out.text
+    bad_scope = await client.post(
+        path, data={**form, "auth.providers": ["corp"], "auth.scopes": 'crm.read "x"'}
+    )
+    assert bad_scope.status_code == 400
+    assert 'id="auth.scopes-error"' in bad_scope.text
+    assert "is not an OAuth scope" in bad_scope.text
+    assert 'value="corp" checked' in bad_scope.text  # what was chosen is kept
+
+    saved = await client.post(
+        path,
+        data={
+            **form,
+            "auth.providers": ["partners", "corp"],
+            "auth.agent_keys": "yes",
+            "auth.scopes": "crm.read, crm.write",
+        },
+    )
+    assert saved.status_code == 303, saved.text
+    draft = (await _agent(client, admin_token))["draft"]
+    assert isinstance(draft, dict)
+    assert draft["auth"] == {
+        "providers": ["partners", "corp"],
+        "agent_keys": True,
+        "scopes": ["crm.read", "crm.write"],
+    }
+    page = await client.get(path)
+    assert 'value="crm.read crm.write"' in page.text
+    # A form without the agent-keys choice (a page older than it) keeps the stored answer;
+    # unticking a provider drops it, the others keep their order.
+    kept = await client.post(
+        path,
+        data={
+            "_csrf": csrf,
+            "etag": hidden_value(page.text, "etag"),
+            "title": "Rates",
+            "auth.providers": ["corp"],
+        },
+    )
+    assert kept.status_code == 303, kept.text
+    draft = (await _agent(client, admin_token))["draft"]
+    assert isinstance(draft, dict)
+    assert draft["auth"] == {"providers": ["corp"], "agent_keys": True, "scopes": []}
+    refused = await client.get("/ui/w/acme/identity-providers/corp")
+    assert '<a href="/ui/w/acme/agents/rates">rates</a>' in refused.text

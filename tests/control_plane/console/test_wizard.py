@@ -421,6 +421,53 @@ async def test_a_delete_cannot_switch_confirmation_off_and_says_so_at_the_field(
     assert stored["execution_config"]["timeout_ms"] == 5000
 
 
+def scopes_field(html: str) -> str:
+    found = re.search(r'name="scopes"[^>]* value="([^"]*)"', html)
+    assert found, "the step has no scopes field"
+    return unescape(found.group(1))
+
+
+async def test_the_safety_step_sets_the_operations_scopes_and_other_steps_keep_them(
+    client: Client, editor: str, admin_token: str
+) -> None:
+    await create_order(client, editor)
+    page = await step_page(client, "get_order", "safety")
+    assert scopes_field(page) == ""
+    form = {
+        "_csrf": editor,
+        "etag": etag_of(page),
+        "idempotency_argument": "",
+        "idempotency_header": "Idempotency-Key",
+        "confirmation": "auto",
+        "timeout_ms": "5000",
+        "retries": "1",
+        "scopes": "orders:read, orders:read",
+        "action": "stay",
+    }
+    twice = await client.post(edit("get_order", "safety"), data=form)
+    assert twice.status_code == 400
+    assert field_errors(twice.text) == {"scopes": "&#39;orders:read&#39; is listed twice"}
+    saved = await client.post(
+        edit("get_order", "safety"), data={**form, "scopes": "orders:read,  orders:write"}
+    )
+    assert saved.status_code == 303, saved.text
+    assert (await draft(client, admin_token))["draft"]["scopes"] == ["orders:read", "orders:write"]
+    page = await step_page(client, "get_order", "safety")
+    assert scopes_field(page) == "orders:read orders:write"
+
+    # Another step's save keeps them; the operation's page shows them.
+    request = await step_page(client, "get_order", "request")
+    kept = await client.post(
+        edit("get_order", "request"),
+        data={"_csrf": editor, "etag": etag_of(request), **request_form(title="Renamed")},
+    )
+    assert kept.status_code == 303, kept.text
+    stored = (await draft(client, admin_token))["draft"]
+    assert (stored["title"], stored["scopes"]) == ("Renamed", ["orders:read", "orders:write"])
+    shown = await client.get(f"/ui/w/{WS}/operations/get_order")
+    assert "<code>orders:read</code> <code>orders:write</code>" in shown.text
+
+
 # --- step 5: review and publish ------------------------------------------------------------
 
 
