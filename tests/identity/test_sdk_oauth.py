@@ -35,7 +35,7 @@ from tests.support.tool_calls import rpc
 
 LEGACY_VERSION = "2025-11-25"  # what the SDK's legacy mode negotiates
 # Long enough for the sign-in and the first calls, short enough to wait out.
-SHORT_TTL_S = 3
+SHORT_TTL_S = 2
 # No call may wait on an unreachable provider: each is bounded well below any fetch timeout.
 CALL_BOUND_S = 3.0
 
@@ -94,7 +94,8 @@ async def test_the_sdk_signs_in_calls_and_refreshes_its_token(
         client, admin_token, database_url, tmp_path, access_token_ttl_s=SHORT_TTL_S
     ) as shop:
         discovery = await shop.idp.discovery()
-        storage, asked, wire = MemoryTokenStorage(), [], Wire()
+        storage, wire = MemoryTokenStorage(), Wire()
+        asked: list[str] = []
         oauth = _sdk_auth(shop, storage, asked)
         async with (
             httpx2.AsyncClient(
