@@ -1,6 +1,7 @@
 """Each issuer's key set, kept in memory: refreshed after a TTL, refetched on an
-unknown ``kid`` at most once per interval, one fetch at a time, and the last
-good set kept while the IdP is unreachable (docs/architecture.md, "Identity")."""
+unknown ``kid`` at most once per interval (but at once after a good fetch made for
+another reason), one fetch at a time, and the last good set kept while the IdP is
+unreachable (docs/architecture.md, "Identity")."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class _IssuerKeys:
     keys: VerificationKeys | None = None
     fetched_at: float = float("-inf")  # of the last good set
     attempted_at: float = float("-inf")  # of the last fetch, good or not
+    missed_at: float = float("-inf")  # of the last fetch an unknown kid started
     in_flight: asyncio.Task[None] | None = None
     failing: bool = False  # logged once per outage
 
@@ -63,8 +65,24 @@ class JwksCache:
 
     async def keys_after_miss(self, jwks_uri: str) -> VerificationKeys:
         """A token named a key the set lacks (the IdP may have rotated): refetch,
-        unless a fetch ran within the refetch interval; concurrent misses share it."""
+        unless a miss refetched within the refetch interval, or the last fetch
+        failed within it; concurrent misses share one fetch. A good set fetched
+        for another reason (first use, the TTL) does not hold a rotation back:
+        an IdP that rotates right after it would otherwise see its new tokens
+        refused for up to the interval."""
+        entry = self._sets.setdefault(jwks_uri, _IssuerKeys())
+        if entry.in_flight is None and self._miss_may_fetch(entry):
+            entry.missed_at = self._clock()
+            self._begin_fetch(jwks_uri, entry)
         return await self._refreshed(jwks_uri)
+
+    def _miss_may_fetch(self, entry: _IssuerKeys) -> bool:
+        now = self._clock()
+        if now - entry.missed_at < self._interval_s:
+            return False  # made-up kids cost the IdP one fetch per interval
+        if entry.keys is None or entry.failing:
+            return now - entry.attempted_at >= self._interval_s  # an IdP that is down
+        return True
 
     async def _refreshed(self, jwks_uri: str) -> VerificationKeys:
         entry = self._sets.setdefault(jwks_uri, _IssuerKeys())
@@ -79,8 +97,11 @@ class JwksCache:
     def _start_fetch(self, jwks_uri: str, entry: _IssuerKeys) -> None:
         """One fetch at a time per set, and none within the interval of the last."""
         if entry.in_flight is None and self._clock() - entry.attempted_at >= self._interval_s:
-            entry.attempted_at = self._clock()
-            entry.in_flight = asyncio.create_task(self._fetch_into(jwks_uri, entry))
+            self._begin_fetch(jwks_uri, entry)
+
+    def _begin_fetch(self, jwks_uri: str, entry: _IssuerKeys) -> None:
+        entry.attempted_at = self._clock()
+        entry.in_flight = asyncio.create_task(self._fetch_into(jwks_uri, entry))
 
     async def _fetch_into(self, jwks_uri: str, entry: _IssuerKeys) -> None:
         try:

@@ -6,104 +6,13 @@ only, scopes that pick tools, and keys working beside tokens."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-
-import httpx
 import pytest
-from aiohttp import web
 
 from tests.support.api import Client, auth
-from tests.support.gateway import run_gateway, serve_upstream, wait_until
+from tests.support.gateway import wait_until
 from tests.support.mcp import modern, request
-from tests.support.oidc import OpenIDProvider, openid_provider
-from tests.support.processes import free_port
+from tests.support.oauth_shop import WS, Shop
 from tests.support.tool_calls import Caller
-
-WS = "/api/v1/workspaces/acme"
-
-
-def _operation(name: str, port: int, **changes: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "description": f"Reads the {name} of the shop. Use when the user asks for its {name}.",
-        "input": {"type": "object", "properties": {}, "additionalProperties": False},
-        "request": {"method": "GET", "url": f"http://127.0.0.1:{port}/{name}"},
-        **changes,
-    }
-
-
-async def _upstream() -> web.Application:
-    async def answer(request: web.Request) -> web.Response:
-        return web.json_response(
-            {"path": request.path, "authorization": "Authorization" in request.headers}
-        )
-
-    app = web.Application()
-    app.router.add_get("/{name}", answer)
-    return app
-
-
-@dataclass
-class Shop:
-    url: str  # the gateway
-    resource: str  # agent shop's canonical URL
-    key: str  # an agent key of shop
-    idp: OpenIDProvider
-    http: httpx.AsyncClient
-
-    async def token(self, scope: str, resource: str | None = None) -> str:
-        tokens = await self.idp.sign_in(
-            "dana", resource=resource or self.resource, scope=f"openid {scope}".strip()
-        )
-        return tokens.access_token
-
-
-@pytest.fixture
-async def shop(
-    client: Client, admin_token: str, database_url: str, tmp_path: Path
-) -> AsyncIterator[Shop]:
-    created = await client.post(
-        "/api/v1/workspaces", json={"slug": "acme"}, headers=auth(admin_token)
-    )
-    assert created.status_code == 201, created.text
-    async with (
-        openid_provider(tmp_path, scopes="shop:read shop:admin") as idp,
-        serve_upstream(await _upstream()) as upstream_port,
-    ):
-        file = {
-            "workspace": "acme",
-            "identity_providers": [{"name": "local", "issuer": idp.issuer}],
-            "operations": [
-                _operation("hours", upstream_port),
-                _operation("ledger", upstream_port, scopes=["shop:admin"]),
-            ],
-            "agents": [
-                {
-                    "slug": slug,
-                    "title": f"The {slug}",
-                    "operations": ["hours", "ledger"],
-                    "auth": {"providers": ["local"], "scopes": ["shop:read"]},
-                }
-                for slug in ("shop", "other")
-            ],
-        }
-        applied = await client.post(
-            f"{WS}/apply", params={"publish": "true"}, json=file, headers=auth(admin_token)
-        )
-        assert applied.status_code == 200, applied.text
-        key = await client.post(f"{WS}/keys", json={"agent": "shop"}, headers=auth(admin_token))
-        assert key.status_code == 201, key.text
-        port = free_port()
-        public = f"http://127.0.0.1:{port}"
-        env = {"CRANK_PUBLIC_URL": public, "CRANK_ALLOW_LOOPBACK_UPSTREAMS": "true"}
-        async with (
-            run_gateway(database_url, tmp_path, port=port, extra_env=env),
-            httpx.AsyncClient(base_url=public, timeout=20) as http,
-        ):
-            yield Shop(public, f"{public}/mcp/v1/acme/shop", key.json()["key"], idp, http)
 
 
 async def _list(shop: Shop, token: str) -> list[str]:

@@ -8,8 +8,9 @@ client do together: register a public client, run authorization code + PKCE (S25
 the redirect to the client's redirect URI and exchange the code. ``user()`` is the browser
 part alone, as the handlers of the MCP SDK's ``OAuthClientProvider`` (``MemoryTokenStorage``
 is its storage). ``restart()`` swaps the signing key (the old one gone, or still published
-beside the new one), as an identity provider's key rotation does. The provider keeps its
-state in memory, so a restart also forgets registered clients and refresh tokens.
+beside the new one until ``retire_old_keys()``), as an identity provider's key rotation
+does. The provider keeps its state in memory, so a restart also forgets registered
+clients and refresh tokens.
 
 Signing keys are generated here, with ``cryptography``: RS256 (RSA 2048) or ES256 (P-256),
 written as a private JWKS the provider loads from a file.
@@ -210,6 +211,13 @@ class OpenIDProvider:
         await self.stop()
         if new_keys:
             self._keys = [private_jwk(self.alg)] + (self._keys if keep_old_keys else [])
+        await self.start()
+
+    async def retire_old_keys(self) -> None:
+        """Same port, issuer and signing key; the previous keys are no longer published
+        (the end of a rotation's overlap)."""
+        await self.stop()
+        self._keys = self._keys[:1]
         await self.start()
 
     def http(self) -> httpx2.AsyncClient:

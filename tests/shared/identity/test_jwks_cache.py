@@ -70,6 +70,22 @@ async def test_a_rotated_key_is_fetched_once_and_accepted(rsa: RSAKey, rsa_next:
         assert (principal.subject, p.server.requests) == ("user-42", 2)
 
 
+async def test_a_rotation_right_after_a_good_fetch_is_served_at_once(
+    rsa: RSAKey, rsa_next: RSAKey
+) -> None:
+    """The first token fetched the set; the IdP rotates seconds later: the new kid
+    refetches at once. Made-up kids after that still wait for the interval."""
+    async with idp(rsa, refetch_interval_s=30) as p:
+        await p.validator.authenticate(mint(rsa, p.issuer.issuer), AUDIENCE)
+        p.server.document = jwks(rsa_next, rsa)
+        p.monotonic.now += 2
+        principal = await p.validator.authenticate(mint(rsa_next, p.issuer.issuer), AUDIENCE)
+        assert (principal.subject, p.server.requests) == ("user-42", 2)
+        p.monotonic.now += 2
+        assert await refused(p, mint(rsa_key("made-up"), p.issuer.issuer)) == "unknown_key"
+        assert p.server.requests == 2
+
+
 async def test_unknown_kids_refetch_at_most_once_per_interval(rsa: RSAKey) -> None:
     async with idp(rsa, refetch_interval_s=30) as p:
         await p.validator.authenticate(mint(rsa, p.issuer.issuer), AUDIENCE)
