@@ -203,6 +203,7 @@ async def _token_caller(
             raise ProtocolError(
                 503,
                 "cannot check this access token now: its identity provider is unreachable; retry",
+                data={"reason": refused.reason},
                 headers={"Retry-After": str(_RETRY_AFTER_S)},
             ) from None
         log.info("token_refused", reason=refused.reason, detail=refused.detail[:100])
