@@ -17,7 +17,7 @@ async def test_an_unexpected_exception_is_a_jsonrpc_500_without_a_traceback(
     async def broken(*args: Any) -> Any:
         raise RuntimeError("secret internals at /srv/crank/module.py line 42")
 
-    monkeypatch.setattr(endpoint, "authenticate", broken)
+    monkeypatch.setattr(endpoint, "authenticate_requester", broken)
     sent: list[dict[str, Any]] = []
 
     async def send(message: dict[str, Any]) -> None:
