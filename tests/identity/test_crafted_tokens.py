@@ -289,6 +289,15 @@ CRAFTED: dict[str, tuple[Callable[[World], str], str]] = {
         lambda w: w.token(alg="ES512", key=w.es512),
         "algorithm_not_allowed",
     ),
+    "rs256-naming-the-ec-key": (
+        # The header's algorithm and the key it names must fit each other.
+        lambda w: w.token(header={"kid": w.es512.kid}),
+        "algorithm_not_allowed",
+    ),
+    "es256-naming-the-p521-key": (
+        lambda w: w.token(alg="ES256", key=w.es512),
+        "algorithm_not_allowed",
+    ),
     "typ-missing": (lambda w: w.token(header={"typ": None}), "wrong_type"),
     "typ-jwt-where-only-at+jwt": (
         lambda w: w.token(header={"typ": "JWT"}),
