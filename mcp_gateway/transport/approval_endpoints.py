@@ -35,6 +35,7 @@ from mcp_gateway.approvals import store
 from mcp_gateway.catalog.keys import RETRY_AFTER_S
 from mcp_gateway.catalog.snapshot import Agent, Key
 from mcp_gateway.transport.asgi import (
+    CLOSE,
     BodyTooLarge,
     Headers,
     Receive,
@@ -99,7 +100,8 @@ async def handle(
             send,
             problem.status,
             problem.problem_body(),
-            headers={**cors, **(problem.headers or {})},
+            # A refusal may come before the body was read (asgi.CLOSE).
+            headers={**cors, **(problem.headers or {}), **CLOSE},
         )
         return
     except Exception:

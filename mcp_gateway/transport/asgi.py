@@ -16,6 +16,12 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 
+# An answer sent before the request's body was read leaves that body on the
+# connection; the server may then close it, and a client that reuses it fails.
+# Saying so makes the client open a new one (docs/architecture.md, "Status precedence").
+CLOSE = {"Connection": "close"}
+
+
 class BodyTooLarge(Exception):
     pass
 

@@ -17,7 +17,7 @@ import structlog
 
 from mcp_gateway.request_ids import new_request_id
 from mcp_gateway.transport import legacy, modern
-from mcp_gateway.transport.asgi import Headers, Receive, Scope, Send, respond
+from mcp_gateway.transport.asgi import CLOSE, Headers, Receive, Scope, Send, respond
 from mcp_gateway.transport.auth import authenticate_requester
 from mcp_gateway.transport.errors import ProtocolError
 from mcp_gateway.transport.exchange import Exchange
@@ -64,7 +64,10 @@ async def handle(
             trace.rpc_error(problem.code, problem.message)
         label = "-" if exchange is None else exchange.label
         requests_counter(label, problem.status).inc()
-        await respond(send, problem.status, problem.jsonrpc_body(), headers=problem.headers)
+        answer_headers = problem.headers
+        if exchange is None:  # refused before its body was read
+            answer_headers = {**(answer_headers or {}), **CLOSE}
+        await respond(send, problem.status, problem.jsonrpc_body(), headers=answer_headers)
     except Exception as exc:
         if trace is not None:
             trace.crashed(exc)

@@ -19,7 +19,7 @@ from shared.identity.access_tokens import (
     verify,
 )
 from shared.identity.fetching import Post
-from shared.identity.introspection import introspect
+from shared.identity.introspection import introspect, opaque_token_shape_ok
 from shared.identity.issuers import IssuerConfigError, TrustedIssuer
 from shared.identity.jwks_cache import JwksCache
 from shared.identity.refusals import LASTING_REASONS, TokenRefused
@@ -108,6 +108,10 @@ class AccessTokenValidator:
         issuer, post = self._introspecting, self._post
         if issuer is None or post is None:
             raise TokenRefused("malformed", "not a JWT")
+        if not opaque_token_shape_ok(token):
+            # Refused before the budget: a token that may never leave Crank must not
+            # spend what real opaque tokens need.
+            raise TokenRefused("malformed", "not a bearer token")
         task = self._in_flight.get(digest)
         if task is None:
             bucket = self._budget.bucket("introspection", self._burst, self._rate)

@@ -1,6 +1,7 @@
 """Test identity provider parts: signing keys, tokens crafted byte by byte (also the
 hostile ones a real IdP would never mint), and a loopback server publishing a JWKS
-whose requests are counted."""
+whose requests are counted; a whole loopback identity provider (discovery, JWKS,
+introspection) that a test controls."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import base64
 import hashlib
 import hmac
 import json
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 from joserfc.jwk import ECKey, Key, KeySet, RSAKey
@@ -118,3 +121,80 @@ async def serve_jwks(document: bytes) -> AsyncIterator[JwksServer]:
     async with serve_upstream(app) as port:
         server.port = port
         yield server
+
+
+@dataclass
+class LoopbackIdP:
+    """An identity provider on 127.0.0.1 that a test controls fully: OpenID discovery,
+    a JWKS of the test's ``keys``, and an RFC 7662 introspection endpoint that checks
+    HTTP Basic credentials and answers from ``opaque`` (a token's answer; any other
+    token is inactive). Every request is counted by path.
+
+    ``introspection_up`` False: the endpoint answers 503. ``hold``: while not set,
+    introspection answers wait for it (``introspection_arrived`` is set when one
+    is waiting), so a test can keep one in flight."""
+
+    keys: list[Key]
+    client_id: str = "crank-gateway"
+    client_secret: str = "s3cret:with/odd&chars"  # form-encoded before Basic (RFC 6749 2.3.1)
+    opaque: dict[str, dict[str, Any]] = field(default_factory=dict)
+    introspection_up: bool = True
+    hold: asyncio.Event | None = None
+    introspection_arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    requests: Counter[str] = field(default_factory=Counter)
+    bad_credentials: int = 0
+    port: int = 0
+
+    @property
+    def issuer(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def metadata(self) -> dict[str, str]:
+        return {
+            "issuer": self.issuer,
+            "jwks_uri": f"{self.issuer}/jwks",
+            "introspection_endpoint": f"{self.issuer}/introspect",
+        }
+
+    async def _discovery(self, request: web.Request) -> web.Response:
+        self.requests[request.path] += 1
+        return web.json_response(self.metadata())
+
+    async def _jwks(self, request: web.Request) -> web.Response:
+        self.requests[request.path] += 1
+        return web.Response(body=jwks(*self.keys), content_type="application/json")
+
+    async def _introspect(self, request: web.Request) -> web.Response:
+        self.requests[request.path] += 1
+        if request.headers.get("Authorization") != self.basic_credentials():
+            self.bad_credentials += 1
+            return web.json_response({"error": "invalid_client"}, status=401)
+        form = await request.post()
+        token = form.get("token")
+        if self.hold is not None:
+            self.introspection_arrived.set()
+            await self.hold.wait()
+        if not self.introspection_up:
+            return web.Response(status=503)
+        answer = self.opaque.get(token) if isinstance(token, str) else None
+        return web.json_response(answer if answer is not None else {"active": False})
+
+    def basic_credentials(self) -> str:
+        pair = f"{quote(self.client_id, safe='')}:{quote(self.client_secret, safe='')}"
+        return "Basic " + base64.b64encode(pair.encode()).decode()
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/.well-known/openid-configuration", self._discovery)
+        app.router.add_get("/jwks", self._jwks)
+        app.router.add_post("/introspect", self._introspect)
+        return app
+
+
+@asynccontextmanager
+async def serve_idp(*keys: Key) -> AsyncIterator[LoopbackIdP]:
+    """A ``LoopbackIdP`` publishing ``keys`` (public parts only), for the block."""
+    idp = LoopbackIdP(list(keys))
+    async with serve_upstream(idp.app()) as port:
+        idp.port = port
+        yield idp

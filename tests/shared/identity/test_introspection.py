@@ -206,6 +206,13 @@ async def test_a_token_of_no_bearer_shape_never_leaves_crank(setup: Setup) -> No
     assert setup.endpoint.requests == 0
 
 
+async def test_a_token_of_no_bearer_shape_spends_no_introspection_budget(setup: Setup) -> None:
+    for i in range(10):  # twice the burst
+        assert await refused(setup, f"no bearer token {i}") == "malformed"
+    setup.endpoint.active("opaque-1")
+    assert (await setup.validator.authenticate("opaque-1", AUDIENCE)).subject == "user-7"
+
+
 async def test_concurrent_calls_with_one_token_share_one_request(setup: Setup) -> None:
     setup.endpoint.active("opaque-1")
     setup.endpoint.delay_s = 0.2
