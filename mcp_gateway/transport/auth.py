@@ -202,7 +202,8 @@ async def _token_caller(
         if refused.reason in _UNAVAILABLE:  # the IdP, not the token: retry
             raise ProtocolError(
                 503,
-                "cannot check this access token now: its identity provider is unreachable; retry",
+                "cannot check this access token now (its identity provider is unreachable, "
+                "or busy); retry",
                 data={"reason": refused.reason},
                 headers={"Retry-After": str(_RETRY_AFTER_S)},
             ) from None
