@@ -174,6 +174,8 @@ class Performer:
             workspace=row.workspace,
             agent=row.agent,
             request_id=request_id,
+            key_id=row.key_id,
+            person=row.person,
         ) as span:  # the upstream call's span is its child (docs/tracing.md)
             outcome = await self._perform(row, request_id)
             span.set_attribute("crank.outcome", _outcome_code(outcome))
@@ -197,7 +199,10 @@ class Performer:
             except Exception:  # a bug: repeating would fail the same way
                 log.exception("approval_call_crashed", approval_id=row.id)
                 outcome = self._internal_error()
-        caller = Caller(row.workspace_id, row.agent_id, row.workspace, row.agent, row.key_id)
+        # The row names who asked: the key, or the person's recorded principal.
+        caller = Caller(
+            row.workspace_id, row.agent_id, row.workspace, row.agent, row.key_id, row.person
+        )
         account_call(
             self._call_log,
             caller,

@@ -46,9 +46,25 @@ async def handle(
         exchange = Exchange(
             state, scope, receive, send, headers, agent, requester, new_request_id(), trace=trace
         )
-        structlog.contextvars.bind_contextvars(
-            request_id=exchange.request_id, agent=f"{workspace}/{slug}"
-        )
+        # Who called, on every line of the request and on its span: the key's id, or
+        # the person's issuer and subject and the client; never the token
+        # (docs/architecture.md, "Identity").
+        person = requester.recorded
+        if person is None:
+            structlog.contextvars.bind_contextvars(
+                request_id=exchange.request_id,
+                agent=f"{workspace}/{slug}",
+                key_id=requester.key_id,
+            )
+        else:
+            structlog.contextvars.bind_contextvars(
+                request_id=exchange.request_id,
+                agent=f"{workspace}/{slug}",
+                principal=person.log_value,
+                client_id=person.client_id,
+            )
+        if trace is not None:
+            trace.requester(requester.key_id, person)
         version_header = (headers.get("mcp-protocol-version") or "").strip()
         method = scope["method"]
         # What arrived, never its body (docs/security.md, "What logs never hold").
@@ -79,7 +95,9 @@ async def handle(
     finally:
         if exchange is not None:
             latency_histogram(exchange.label).observe(time.perf_counter() - started)
-            structlog.contextvars.unbind_contextvars("request_id", "agent")
+            structlog.contextvars.unbind_contextvars(
+                "request_id", "agent", "key_id", "principal", "client_id"
+            )
         if trace is not None:
             if exchange is None:  # refused before the key was accepted
                 trace.finish(scope["method"], None, None, None)
