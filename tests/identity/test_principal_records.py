@@ -98,9 +98,7 @@ async def shop(
                 }
             ],
         }
-        applied = await client.post(
-            f"{WS}/apply", params={"publish": "true"}, json=file, headers=h
-        )
+        applied = await client.post(f"{WS}/apply", params={"publish": "true"}, json=file, headers=h)
         assert applied.status_code == 200, applied.text
         keys = {}
         for kind in ("agent", "approval"):
@@ -209,7 +207,8 @@ async def test_a_persons_call_names_them_on_the_approval_and_the_call_log_never_
     # The key's call: the key, no principal; the principal filters leave it out.
     (key_row,) = [r for r in await _calls(client, admin_token) if r["approval_id"] == key_approval]
     assert key_row["key_prefix"] == display_prefix(shop.agent_key)
-    assert key_row["principal_subject"] is None and key_row["client_id"] is None
+    assert key_row["principal_subject"] is None
+    assert key_row["client_id"] is None
     assert await _calls(client, admin_token, "?principal_subject=nobody") == []
 
     # The logs: the person's request lines say who, and nothing holds the token.
@@ -238,4 +237,5 @@ async def test_the_inbox_shows_who_asked(shop: Shop) -> None:
         await expect(meta).to_contain_text("asked by Dana Ng (dana)")
         # The issuer and client are one hover away, never a token.
         title = await meta.locator(".requester").get_attribute("title")
-        assert title is not None and title.startswith(f"issuer {shop.idp.issuer} · client ")
+        assert title is not None
+        assert title.startswith(f"issuer {shop.idp.issuer} · client ")
