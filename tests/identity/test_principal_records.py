@@ -65,7 +65,7 @@ async def _upstream() -> web.Application:
 
 
 @dataclass
-class Shop:
+class RefundShop:
     gateway: Gateway
     resource: str  # agent shop's canonical URL
     agent_key: str
@@ -75,9 +75,9 @@ class Shop:
 
 
 @pytest.fixture
-async def shop(
+async def refund_shop(
     client: Client, admin_token: str, database_url: str, tmp_path: Path
-) -> AsyncIterator[Shop]:
+) -> AsyncIterator[RefundShop]:
     h = auth(admin_token)
     created = await client.post("/api/v1/workspaces", json={"slug": "acme"}, headers=h)
     assert created.status_code == 201, created.text
@@ -117,7 +117,7 @@ async def shop(
             run_gateway(database_url, tmp_path, port=port, extra_env=env) as gateway,
             httpx.AsyncClient(base_url=public, timeout=20) as http,
         ):
-            yield Shop(gateway, f"{public}{MCP}", keys["agent"], keys["approval"], idp, http)
+            yield RefundShop(gateway, f"{public}{MCP}", keys["agent"], keys["approval"], idp, http)
 
 
 def _claims(token: str) -> dict[str, Any]:
@@ -126,9 +126,9 @@ def _claims(token: str) -> dict[str, Any]:
     return claims
 
 
-async def _approvals(shop: Shop, query: str = "") -> list[dict[str, Any]]:
-    answer = await shop.http.get(
-        f"{APPROVALS}{query}", headers={"Authorization": f"Bearer {shop.approval_key}"}
+async def _approvals(refund_shop: RefundShop, query: str = "") -> list[dict[str, Any]]:
+    answer = await refund_shop.http.get(
+        f"{APPROVALS}{query}", headers={"Authorization": f"Bearer {refund_shop.approval_key}"}
     )
     assert answer.status_code == 200, answer.text
     items: list[dict[str, Any]] = answer.json()["items"]
@@ -143,17 +143,17 @@ async def _calls(client: Client, admin_token: str, query: str = "") -> list[dict
 
 
 async def test_a_persons_call_names_them_on_the_approval_and_the_call_log_never_the_token(
-    shop: Shop, client: Client, admin_token: str
+    refund_shop: RefundShop, client: Client, admin_token: str
 ) -> None:
-    registered = await shop.idp.register_client()
-    tokens = await shop.idp.sign_in(
-        "dana", resource=shop.resource, scope="openid shop:read", client=registered
+    registered = await refund_shop.idp.register_client()
+    tokens = await refund_shop.idp.sign_in(
+        "dana", resource=refund_shop.resource, scope="openid shop:read", client=registered
     )
     token = tokens.access_token
     claims = _claims(token)
     assert claims["client_id"] == registered.client_id  # RFC 9068: the client is named
     person = {
-        "issuer": shop.idp.issuer,
+        "issuer": refund_shop.idp.issuer,
         "subject": "dana",
         "name": "Dana Ng",
         "client_id": registered.client_id,
@@ -161,27 +161,30 @@ async def test_a_persons_call_names_them_on_the_approval_and_the_call_log_never_
 
     # The person asks; the approval record, as the approver's endpoints (and so the
     # inbox) read it, names them.
-    asked = await Caller(shop.http, MCP, token).call("modern", "refund", {"order": "o-1"})
+    asked = await Caller(refund_shop.http, MCP, token).call("modern", "refund", {"order": "o-1"})
     assert asked["structuredContent"]["status"] == "approval_required"
     approval_id = asked["structuredContent"]["approval_id"]
-    (pending,) = await _approvals(shop, "?status=pending")
+    (pending,) = await _approvals(refund_shop, "?status=pending")
     assert (pending["id"], pending["requester"]) == (approval_id, person)
-    one = await shop.http.get(
-        f"{APPROVALS}/{approval_id}", headers={"Authorization": f"Bearer {shop.approval_key}"}
+    one = await refund_shop.http.get(
+        f"{APPROVALS}/{approval_id}",
+        headers={"Authorization": f"Bearer {refund_shop.approval_key}"},
     )
     assert one.json()["requester"] == person
 
     # A key asks too (other arguments: another approval); its record names the key.
-    by_key = await Caller(shop.http, MCP, shop.agent_key).call("modern", "refund", {"order": "o-2"})
+    by_key = await Caller(refund_shop.http, MCP, refund_shop.agent_key).call(
+        "modern", "refund", {"order": "o-2"}
+    )
     key_approval = by_key["structuredContent"]["approval_id"]
-    records = {r["id"]: r for r in await _approvals(shop)}
-    assert records[key_approval]["requester"] == {"key": display_prefix(shop.agent_key)}
+    records = {r["id"]: r for r in await _approvals(refund_shop)}
+    assert records[key_approval]["requester"] == {"key": display_prefix(refund_shop.agent_key)}
 
     # Approved, the worker runs the call; its own call log row names the person too.
-    decided = await shop.http.post(
+    decided = await refund_shop.http.post(
         f"{APPROVALS}/{approval_id}/approve",
         json={"approve": "yes"},
-        headers={"Authorization": f"Bearer {shop.approval_key}"},
+        headers={"Authorization": f"Bearer {refund_shop.approval_key}"},
     )
     assert decided.status_code == 200, decided.text
     assert decided.json()["requester"] == person
@@ -202,19 +205,19 @@ async def test_a_persons_call_names_them_on_the_approval_and_the_call_log_never_
             row["client_id"],
         ) == (person["issuer"], "dana", "Dana Ng", registered.client_id)
         assert row["key_prefix"] is None
-    issuer_rows = await _calls(client, admin_token, f"?principal_issuer={shop.idp.issuer}")
+    issuer_rows = await _calls(client, admin_token, f"?principal_issuer={refund_shop.idp.issuer}")
     assert [r["id"] for r in issuer_rows] == [ran["id"], asking["id"]]
     # The key's call: the key, no principal; the principal filters leave it out.
     (key_row,) = [r for r in await _calls(client, admin_token) if r["approval_id"] == key_approval]
-    assert key_row["key_prefix"] == display_prefix(shop.agent_key)
+    assert key_row["key_prefix"] == display_prefix(refund_shop.agent_key)
     assert key_row["principal_subject"] is None
     assert key_row["client_id"] is None
     assert await _calls(client, admin_token, "?principal_subject=nobody") == []
 
     # The logs: the person's request lines say who, and nothing holds the token.
-    log = shop.gateway.log_path.read_text()
+    log = refund_shop.gateway.log_path.read_text()
     lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
-    theirs = [line for line in lines if line.get("principal") == f"{shop.idp.issuer} dana"]
+    theirs = [line for line in lines if line.get("principal") == f"{refund_shop.idp.issuer} dana"]
     assert theirs, "no log line of the person's requests names them"
     assert {line.get("client_id") for line in theirs} == {registered.client_id}
     assert any(line.get("key_id") is not None for line in lines)  # the key's requests
@@ -223,19 +226,21 @@ async def test_a_persons_call_names_them_on_the_approval_and_the_call_log_never_
     assert token.rsplit(".", 1)[1] not in log
 
 
-async def test_the_inbox_shows_who_asked(shop: Shop) -> None:
-    tokens = await shop.idp.sign_in("dana", resource=shop.resource, scope="openid shop:read")
-    asked = await Caller(shop.http, MCP, tokens.access_token).call(
+async def test_the_inbox_shows_who_asked(refund_shop: RefundShop) -> None:
+    tokens = await refund_shop.idp.sign_in(
+        "dana", resource=refund_shop.resource, scope="openid shop:read"
+    )
+    asked = await Caller(refund_shop.http, MCP, tokens.access_token).call(
         "modern", "refund", {"order": "o-3"}
     )
     approval_id = asked["structuredContent"]["approval_id"]
     async with launch_browser() as browser, browser_page(browser) as page:
-        await page.goto(shop.gateway.url + APPROVALS + "/inbox")
-        await page.get_by_role("textbox", name="Approval key").fill(shop.approval_key)
+        await page.goto(refund_shop.gateway.url + APPROVALS + "/inbox")
+        await page.get_by_role("textbox", name="Approval key").fill(refund_shop.approval_key)
         await page.keyboard.press("Enter")
         meta = page.locator(f"#pending article#{approval_id} .meta")
         await expect(meta).to_contain_text("asked by Dana Ng (dana)")
         # The issuer and client are one hover away, never a token.
         title = await meta.locator(".requester").get_attribute("title")
         assert title is not None
-        assert title.startswith(f"issuer {shop.idp.issuer} · client ")
+        assert title.startswith(f"issuer {refund_shop.idp.issuer} · client ")
