@@ -30,6 +30,18 @@ class PrincipalRecord(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.issuer} {self.subject}"
 
 
+def log_fields(key_id: int | None, person: PrincipalRecord | None) -> dict[str, Any]:
+    """Who called, as bound to a log line's context: ``key_id``, or ``principal``
+    ("issuer subject") and ``client_id``. Never the token."""
+    if person is None:
+        return {"key_id": key_id}
+    return {"principal": person.log_value, "client_id": person.client_id}
+
+
+# The log keys ``log_fields`` binds, to unbind them all.
+LOG_KEYS = ("key_id", "principal", "client_id")
+
+
 # The columns that hold a PrincipalRecord on call_log and approvals (migration 0015).
 COLUMNS = ("principal_issuer", "principal_subject", "principal_name", "client_id")
 

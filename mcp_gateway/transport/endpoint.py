@@ -26,6 +26,7 @@ from mcp_gateway.upkeep.metrics import latency_histogram, requests_counter
 from mcp_gateway.vocabulary.jsonrpc import INTERNAL_ERROR
 from mcp_gateway.vocabulary.versions import LEGACY_VERSIONS
 from shared import tracing
+from shared.principals import LOG_KEYS, log_fields
 
 _ALLOW = {"Allow": "GET, POST, DELETE"}
 log = structlog.get_logger(__name__)
@@ -50,19 +51,11 @@ async def handle(
         # the person's issuer and subject and the client; never the token
         # (docs/architecture.md, "Identity").
         person = requester.recorded
-        if person is None:
-            structlog.contextvars.bind_contextvars(
-                request_id=exchange.request_id,
-                agent=f"{workspace}/{slug}",
-                key_id=requester.key_id,
-            )
-        else:
-            structlog.contextvars.bind_contextvars(
-                request_id=exchange.request_id,
-                agent=f"{workspace}/{slug}",
-                principal=person.log_value,
-                client_id=person.client_id,
-            )
+        structlog.contextvars.bind_contextvars(
+            request_id=exchange.request_id,
+            agent=f"{workspace}/{slug}",
+            **log_fields(requester.key_id, person),
+        )
         if trace is not None:
             trace.requester(requester.key_id, person)
         version_header = (headers.get("mcp-protocol-version") or "").strip()
@@ -95,9 +88,7 @@ async def handle(
     finally:
         if exchange is not None:
             latency_histogram(exchange.label).observe(time.perf_counter() - started)
-            structlog.contextvars.unbind_contextvars(
-                "request_id", "agent", "key_id", "principal", "client_id"
-            )
+            structlog.contextvars.unbind_contextvars("request_id", "agent", *LOG_KEYS)
         if trace is not None:
             if exchange is None:  # refused before the key was accepted
                 trace.finish(scope["method"], None, None, None)
