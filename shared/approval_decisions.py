@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from shared.approval_records import (
-    RECENT_COLUMNS,
+    JOINED_COLUMNS,
     RECORD_COLUMNS,
     ApprovalRecord,
-    recent_identical_join,
+    record_joins,
     record_of,
 )
 from shared.db import Connection
@@ -62,8 +62,8 @@ async def decide(conn: Connection, decision: Decision) -> ApprovalRecord | None:
                                           'agent', %(agent)s::text)
                   FROM decided
             )
-            SELECT {RECORD_COLUMNS}, {RECENT_COLUMNS} FROM decided d
-                   {recent_identical_join("d")}""",
+            SELECT {RECORD_COLUMNS}, {JOINED_COLUMNS} FROM decided d
+                   {record_joins("d")}""",
         {
             "status": decision.status,
             "by": decision.decided_by,

@@ -17,6 +17,7 @@ import msgspec
 
 from shared.crypto import b64url_decode, b64url_encode
 from shared.engine.masking import Masker
+from shared.principals import Requester, requester_of
 
 STATUSES: tuple[str, ...] = (
     "pending",
@@ -63,19 +64,26 @@ class ApprovalRecord(msgspec.Struct, kw_only=True):
     completed_at: datetime | None
     response_payload: Any | None  # masked when it was stored
     recent_identical: RecentIdentical | None  # the approver's warning of a repeat
+    requester: Requester  # who asked (docs/mcp-interface.md, "Human approval"); never a token
 
 
 RECORD_COLUMNS = """id, status, tool, version, arguments, created_at, expires_at, decided_at,
-              decided_by, note, completed_at, response_payload"""
+              decided_by, note, completed_at, response_payload, key_id, principal_issuer,
+              principal_subject, principal_name, client_id"""
 _RECENT = ("id", "status", "decided_at", "decided_by", "note")
-# The columns of ``recent_identical_join``, beside RECORD_COLUMNS (renamed: no clash).
-RECENT_COLUMNS = ", ".join(f"recent.recent_{name}" for name in _RECENT)
+# The columns ``record_joins`` adds beside RECORD_COLUMNS: the recent identical call's
+# (renamed: no clash) and the prefix of the key that asked.
+JOINED_COLUMNS = ", ".join(f"recent.recent_{name}" for name in _RECENT) + (
+    ", requester.requester_key"
+)
 
 
-def recent_identical_join(row: str) -> str:
-    """``LEFT JOIN LATERAL`` the identical call's latest earlier finished approval onto the
-    approvals row aliased ``row`` (which must expose agent_id, operation_id, version,
-    arguments_hash, created_at and id). Index approvals_latest_per_call serves it."""
+def record_joins(row: str) -> str:
+    """``LEFT JOIN LATERAL`` onto the approvals row aliased ``row`` (which must expose
+    agent_id, operation_id, version, arguments_hash, created_at, id and key_id) the
+    identical call's latest earlier finished approval (index approvals_latest_per_call
+    serves it) and the prefix of the key that asked. Each exposes only its renamed
+    columns, so the unqualified RECORD_COLUMNS stay unambiguous."""
     selected = ", ".join(f"p.{name} AS recent_{name}" for name in _RECENT)
     return f"""LEFT JOIN LATERAL (
         SELECT {selected} FROM approvals p
@@ -86,18 +94,25 @@ def recent_identical_join(row: str) -> str:
            AND coalesce(p.completed_at, p.decided_at, p.expires_at)
                > {row}.created_at - make_interval(secs => {RECENT_IDENTICAL_WINDOW_S})
          ORDER BY p.created_at DESC, p.id DESC
-         LIMIT 1) recent ON true"""
+         LIMIT 1) recent ON true
+      LEFT JOIN LATERAL (
+        SELECT k.prefix AS requester_key FROM api_keys k WHERE k.id = {row}.key_id
+      ) requester ON true"""
 
 
 def record_of(row: dict[str, Any]) -> ApprovalRecord:
-    """The record of a row read with RECORD_COLUMNS and RECENT_COLUMNS."""
+    """The record of a row read with RECORD_COLUMNS and JOINED_COLUMNS."""
     recent = (
         None
         if row["recent_id"] is None
         else RecentIdentical(**{name: row[f"recent_{name}"] for name in _RECENT})
     )
-    fields = {f: row[f] for f in ApprovalRecord.__struct_fields__ if f != "recent_identical"}
-    return ApprovalRecord(**fields, recent_identical=recent)
+    fields = {
+        f: row[f]
+        for f in ApprovalRecord.__struct_fields__
+        if f not in ("recent_identical", "requester")
+    }
+    return ApprovalRecord(**fields, recent_identical=recent, requester=requester_of(row))
 
 
 def shown(record: ApprovalRecord, masker: Masker) -> ApprovalRecord:

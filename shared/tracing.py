@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
     from shared.engine.outbound import UpstreamRequest
+    from shared.principals import PrincipalRecord
 
 __all__ = [
     "RequestTrace",
@@ -232,6 +233,11 @@ class RequestTrace:
             trace.set_span_in_context(self._start("batch", self._header, []))
         )
 
+    def requester(self, key_id: int | None, person: PrincipalRecord | None) -> None:
+        """Who called, once authenticated: the key's id, or the person's issuer and
+        subject and the client (never the token)."""
+        self._attributes.update(requester_attributes(key_id, person))
+
     def tool_call(
         self, tool: str, version: int, outcome: str, approval_id: str | None, is_error: bool
     ) -> None:
@@ -300,6 +306,20 @@ class RequestTrace:
         return span
 
 
+def requester_attributes(key_id: int | None, person: PrincipalRecord | None) -> dict[str, Any]:
+    """The span attributes naming who called (docs/tracing.md): ``crank.key_id``, or
+    ``crank.principal.issuer``, ``crank.principal.subject`` and ``crank.client_id``."""
+    attributes: dict[str, Any] = {}
+    if key_id is not None:
+        attributes["crank.key_id"] = key_id
+    if person is not None:
+        attributes["crank.principal.issuer"] = person.issuer[:_MAX_ATTRIBUTE]
+        attributes["crank.principal.subject"] = person.subject[:_MAX_ATTRIBUTE]
+        if person.client_id is not None:
+            attributes["crank.client_id"] = person.client_id[:_MAX_ATTRIBUTE]
+    return attributes
+
+
 @contextmanager
 def upstream_span(request: UpstreamRequest, path_template: str) -> Iterator[UpstreamSpan]:
     """The client span of one upstream step (retries included), the current span
@@ -365,10 +385,19 @@ def _with_headers(request: UpstreamRequest, carrier: Mapping[str, str]) -> Upstr
 
 @contextmanager
 def approval_span(
-    *, approval_id: str, attempt: int, tool: str, workspace: str, agent: str, request_id: str
+    *,
+    approval_id: str,
+    attempt: int,
+    tool: str,
+    workspace: str,
+    agent: str,
+    request_id: str,
+    key_id: int | None = None,
+    person: PrincipalRecord | None = None,
 ) -> Iterator[Span]:
     """The span of one approved call's run in the approvals worker, a root: the call
-    that asked for the approval ended long ago; ``crank.approval_id`` joins the two."""
+    that asked for the approval ended long ago; ``crank.approval_id`` joins the two.
+    ``key_id`` or ``person``: who asked for it, from the approval row."""
     from opentelemetry import trace
 
     assert _tracer is not None
@@ -384,6 +413,7 @@ def approval_span(
             "crank.workspace": workspace,
             "crank.agent": f"{workspace}/{agent}",
             "crank.request_id": request_id,
+            **requester_attributes(key_id, person),
         },
     ) as span:
         yield span

@@ -22,8 +22,10 @@ from control_plane.services.calls import DEFAULT_LIMIT, CallFilters, CallPage, l
     description=(
         "One entry per tools/call of a known tool, written by the gateways in batches "
         "(about a second behind). Filter by `agent` (slug), `tool`, `outcome` (`ok` or an "
-        "error code), `request_id` and a time range (`from` inclusive, `to` exclusive; "
-        "ISO 8601, UTC without an offset); pass `next_cursor` back as `cursor` for the next page."
+        "error code), `request_id`, who signed in with a token (`principal_issuer`, "
+        "`principal_subject`: exact values, as each entry shows them) and a time range "
+        "(`from` inclusive, `to` exclusive; ISO 8601, UTC without an offset); pass "
+        "`next_cursor` back as `cursor` for the next page."
     ),
 )
 async def read_calls(
@@ -33,6 +35,8 @@ async def read_calls(
     tool: FromQuery[str | None] = None,
     outcome: FromQuery[str | None] = None,
     request_id: FromQuery[str | None] = None,
+    principal_issuer: FromQuery[str | None] = None,
+    principal_subject: FromQuery[str | None] = None,
     since: Annotated[datetime | None, QueryParameter(name="from")] = None,
     until: Annotated[datetime | None, QueryParameter(name="to")] = None,
     limit: FromQuery[int] = DEFAULT_LIMIT,
@@ -43,6 +47,8 @@ async def read_calls(
         tool=tool,
         outcome=outcome,
         request_id=request_id,
+        principal_issuer=principal_issuer,
+        principal_subject=principal_subject,
         since=as_utc(since),
         until=as_utc(until),
     )

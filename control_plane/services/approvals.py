@@ -13,7 +13,7 @@ is shown, and a note stored, with the workspace's secrets masked
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -21,7 +21,7 @@ from control_plane.auth import Principal, Workspace
 from control_plane.errors import Conflict, NotFound, ValidationFailed
 from shared.approval_decisions import MAX_NOTE_CHARS, Decision, decide_or_status, notify_approved
 from shared.approval_records import (
-    RECENT_COLUMNS,
+    JOINED_COLUMNS,
     RECORD_COLUMNS,
     STATUSES,
     ApprovalRecord,
@@ -29,7 +29,7 @@ from shared.approval_records import (
     decode_cursor,
     encode_cursor,
     is_approval_id,
-    recent_identical_join,
+    record_joins,
     record_of,
     shown,
 )
@@ -37,6 +37,7 @@ from shared.crypto import SecretBox
 from shared.db import Connection
 from shared.engine.masking import Masker, workspace_masker
 from shared.engine.spec_validation import SLUG, TOOL_NAME, FieldError
+from shared.principals import Requester, requester_of
 from shared.secrets import load_secrets
 
 DEFAULT_LIMIT = 50
@@ -60,6 +61,7 @@ class ApprovalSummary(msgspec.Struct, kw_only=True):
     decided_at: datetime | None
     decided_by: str | None
     overdue: bool  # pending past its time: the gateways' sweep expires it shortly
+    requester: Requester  # who asked: a person or a key (never a token)
 
 
 class ApprovalList(msgspec.Struct, kw_only=True):
@@ -105,8 +107,11 @@ async def list_approvals(
     cur = await conn.execute(
         """SELECT p.id, p.status, a.slug AS agent, p.tool, p.version, p.created_at,
                   p.expires_at, p.decided_at, p.decided_by,
-                  p.status = 'pending' AND p.expires_at <= now() AS overdue
+                  p.status = 'pending' AND p.expires_at <= now() AS overdue,
+                  p.key_id, k.prefix AS requester_key, p.principal_issuer,
+                  p.principal_subject, p.principal_name, p.client_id
              FROM approvals p JOIN agents a ON a.id = p.agent_id
+             LEFT JOIN api_keys k ON k.id = p.key_id
             WHERE p.workspace_id = %(ws)s
               AND (%(status)s::text IS NULL OR p.status = %(status)s)
               AND (%(agent)s::text IS NULL OR a.slug = %(agent)s)
@@ -125,11 +130,16 @@ async def list_approvals(
         },
     )
     rows = await cur.fetchall()
-    items = [ApprovalSummary(**row) for row in rows[:limit]]
+    items = [_summary(row) for row in rows[:limit]]
     last = items[-1] if len(rows) > limit else None
     return ApprovalList(
         items=items, next_cursor=encode_cursor(last.created_at, last.id) if last else None
     )
+
+
+def _summary(row: dict[str, Any]) -> ApprovalSummary:
+    fields = {f: row[f] for f in ApprovalSummary.__struct_fields__ if f != "requester"}
+    return ApprovalSummary(**fields, requester=requester_of(row))
 
 
 async def masker_of(conn: Connection, box: SecretBox, workspace_id: int) -> Masker:
@@ -145,9 +155,9 @@ async def get_approval(
         raise NotFound(f"no approval {approval_id!r} in this workspace")
     cur = await conn.execute(
         f"""SELECT r.*, a.slug AS agent
-              FROM (SELECT {RECORD_COLUMNS}, {RECENT_COLUMNS}, agent_id,
+              FROM (SELECT {RECORD_COLUMNS}, {JOINED_COLUMNS}, agent_id,
                            status = 'pending' AND expires_at <= now() AS overdue
-                      FROM approvals x {recent_identical_join("x")}
+                      FROM approvals x {record_joins("x")}
                      WHERE id = %s AND workspace_id = %s) r
               JOIN agents a ON a.id = r.agent_id""",
         (approval_id, workspace_id),

@@ -1,6 +1,7 @@
 """Reading the call log the gateways write (mcp_gateway.upkeep.call_log): newest
 first, keyset pagination on ``id``, filters by agent, tool, outcome, time range
-(``since`` inclusive, ``until`` exclusive) and request id. A call
+(``since`` inclusive, ``until`` exclusive), request id and the principal (issuer,
+subject: who signed in with a token, docs/architecture.md, "Identity"). A call
 the approval worker ran, and the tools/call that asked for that approval,
 carry its ``approval_id``.
 
@@ -22,6 +23,7 @@ from control_plane.services.audit_query import decode_cursor, encode_cursor, tim
 from shared.db import Connection
 from shared.engine.errors import ERROR_CODES
 from shared.engine.spec_validation import SLUG, TOOL_NAME, FieldError
+from shared.principals import PrincipalRecord
 
 REQUEST_ID = re.compile(r"req_[0-9a-f]{16}")  # the gateway's request ids
 DEFAULT_LIMIT = 100
@@ -49,6 +51,23 @@ class CallEntry(msgspec.Struct, kw_only=True):
     duration_ms: float
     upstream_ms: float | None
     approval_id: str | None  # the approval this call created, ran or got the outcome of
+    # Who signed in, when a token authenticated (null for a key's call); never the token.
+    principal_issuer: str | None
+    principal_subject: str | None
+    principal_name: str | None  # the token's display name then
+    client_id: str | None  # the OAuth client it came through
+
+    @property
+    def person(self) -> PrincipalRecord | None:
+        """The principal as the console shows it (not part of the API's entry)."""
+        if self.principal_issuer is None or self.principal_subject is None:
+            return None
+        return PrincipalRecord(
+            issuer=self.principal_issuer,
+            subject=self.principal_subject,
+            name=self.principal_name,
+            client_id=self.client_id,
+        )
 
 
 class CallPage(msgspec.Struct, kw_only=True):
@@ -60,7 +79,7 @@ class CallPage(msgspec.Struct, kw_only=True):
 
 class CallFilters(msgspec.Struct, kw_only=True):
     """Optional filters of the call log: agent slug, tool name, outcome ("ok" or an error
-    code), a time range and a request id."""
+    code), a time range, a request id and the principal's issuer and subject (exact)."""
 
     agent: str | None = None
     tool: str | None = None
@@ -68,6 +87,25 @@ class CallFilters(msgspec.Struct, kw_only=True):
     since: datetime | None = None  # called at or after
     until: datetime | None = None  # called before
     request_id: str | None = None
+    principal_issuer: str | None = None
+    principal_subject: str | None = None
+
+
+# An issuer is a URL and a subject an IdP's identifier: neither comes near this in
+# practice, and a filter needs no more (the call log stores what the token said).
+MAX_PRINCIPAL_CHARS = 1000
+
+
+def _principal_problem(name: str, value: str | None) -> FieldError | None:
+    if value is None:
+        return None
+    if not value:
+        return FieldError(name, "must not be empty")
+    if len(value) > MAX_PRINCIPAL_CHARS:
+        return FieldError(name, f"at most {MAX_PRINCIPAL_CHARS} characters")
+    if "\x00" in value:
+        return FieldError(name, "must not contain NUL characters")
+    return None
 
 
 def _check(filters: CallFilters, limit: int) -> None:
@@ -86,6 +124,10 @@ def _check(filters: CallFilters, limit: int) -> None:
         )
     if filters.request_id is not None and not REQUEST_ID.fullmatch(filters.request_id):
         problems.append(FieldError("request_id", "not a request id (req_ and 16 hex digits)"))
+    for name in ("principal_issuer", "principal_subject"):
+        problem = _principal_problem(name, getattr(filters, name))
+        if problem is not None:
+            problems.append(problem)
     problems.extend(time_range_problems(filters.since, filters.until))
     if problems:
         raise ValidationFailed(problems)
@@ -105,7 +147,8 @@ async def list_calls(
     cur = await conn.execute(
         """SELECT c.id, c.called_at, a.slug AS agent, k.prefix AS key_prefix, c.request_id,
                   c.tool, c.tool_version, c.outcome, c.upstream_status, c.attempts,
-                  c.duration_ms, c.upstream_ms, c.approval_id
+                  c.duration_ms, c.upstream_ms, c.approval_id, c.principal_issuer,
+                  c.principal_subject, c.principal_name, c.client_id
              FROM call_log c
              LEFT JOIN agents a ON a.id = c.agent_id
              LEFT JOIN api_keys k ON k.id = c.key_id
@@ -118,6 +161,8 @@ async def list_calls(
               AND (%(since)s::timestamptz IS NULL OR c.called_at >= %(since)s)
               AND (%(until)s::timestamptz IS NULL OR c.called_at < %(until)s)
               AND (%(request_id)s::text IS NULL OR c.request_id = %(request_id)s)
+              AND (%(issuer)s::text IS NULL OR c.principal_issuer = %(issuer)s)
+              AND (%(subject)s::text IS NULL OR c.principal_subject = %(subject)s)
             ORDER BY c.id DESC
             LIMIT %(limit)s""",
         {
@@ -129,6 +174,8 @@ async def list_calls(
             "since": filters.since,
             "until": filters.until,
             "request_id": filters.request_id,
+            "issuer": filters.principal_issuer,
+            "subject": filters.principal_subject,
             "limit": limit + 1,
         },
     )

@@ -36,6 +36,7 @@ from shared.engine.request_builder import BuiltRequest
 from shared.engine.spec import operation_from_builtins
 from shared.engine.upstream import UpstreamCall
 from shared.periodic import EXPECTED
+from shared.principals import log_fields
 
 log = structlog.get_logger(__name__)
 
@@ -165,6 +166,12 @@ class Performer:
     async def perform(self, row: Claimed) -> Outcome:
         """The outcome to record; raises ``Deferred`` when the database failed first."""
         request_id = new_request_id()  # this run's own: the tools/call has its own
+        # Each run is a task of its own (the worker's), so these stay on its lines: who
+        # asked for the approval, never a token (docs/architecture.md, "Identity").
+        with structlog.contextvars.bound_contextvars(**log_fields(row.key_id, row.person)):
+            return await self._traced(row, request_id)
+
+    async def _traced(self, row: Claimed, request_id: str) -> Outcome:
         if not tracing.enabled:
             return await self._perform(row, request_id)
         with tracing.approval_span(
@@ -174,6 +181,8 @@ class Performer:
             workspace=row.workspace,
             agent=row.agent,
             request_id=request_id,
+            key_id=row.key_id,
+            person=row.person,
         ) as span:  # the upstream call's span is its child (docs/tracing.md)
             outcome = await self._perform(row, request_id)
             span.set_attribute("crank.outcome", _outcome_code(outcome))
@@ -197,7 +206,10 @@ class Performer:
             except Exception:  # a bug: repeating would fail the same way
                 log.exception("approval_call_crashed", approval_id=row.id)
                 outcome = self._internal_error()
-        caller = Caller(row.workspace_id, row.agent_id, row.workspace, row.agent, row.key_id)
+        # The row names who asked: the key, or the person's recorded principal.
+        caller = Caller(
+            row.workspace_id, row.agent_id, row.workspace, row.agent, row.key_id, row.person
+        )
         account_call(
             self._call_log,
             caller,

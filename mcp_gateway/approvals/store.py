@@ -26,7 +26,7 @@ from shared.approval_decisions import Decision as Decision
 from shared.approval_decisions import decide as decide
 from shared.approval_decisions import decide_or_status as decide_or_status
 from shared.approval_decisions import expire as expire
-from shared.approval_records import RECENT_COLUMNS, RECORD_COLUMNS, recent_identical_join, record_of
+from shared.approval_records import JOINED_COLUMNS, RECORD_COLUMNS, record_joins, record_of
 from shared.approval_records import STATUSES as STATUSES
 from shared.approval_records import ApprovalRecord as ApprovalRecord
 from shared.approval_records import BadCursor as BadCursor
@@ -36,6 +36,7 @@ from shared.approval_records import is_approval_id as is_approval_id
 from shared.approval_records import new_approval_id as new_approval_id
 from shared.db import Connection
 from shared.engine.argument_limits import child_path
+from shared.principals import PrincipalRecord, principal_columns, principal_of_row
 from shared.settings import Settings
 
 _ACTIVE = "('pending', 'approved', 'executing')"  # the index predicate, verbatim
@@ -62,7 +63,7 @@ class ApprovalPage(msgspec.Struct, kw_only=True):
     next_cursor: str | None
 
 
-_RECORD = f"{RECORD_COLUMNS}, {RECENT_COLUMNS}"  # read with recent_identical_join("r")
+_RECORD = f"{RECORD_COLUMNS}, {JOINED_COLUMNS}"  # read with record_joins("r")
 _IDENTITY = "agent_id = %s AND operation_id = %s AND version = %s AND arguments_hash = %s"
 
 
@@ -99,6 +100,7 @@ class NewApproval:
     request: dict[str, Any]  # the resolved request, secrets masked
     ttl_s: int
     max_attempts: int
+    person: PrincipalRecord | None = None  # who signed in, when key_id is None
 
 
 async def insert_unless_active(conn: Connection, new: NewApproval, retention_s: int) -> str | None:
@@ -124,9 +126,10 @@ async def insert_unless_active(conn: Connection, new: NewApproval, retention_s: 
 async def _insert_pending(conn: Connection, new: NewApproval) -> str | None:
     cur = await conn.execute(
         f"""INSERT INTO approvals (id, workspace_id, agent_id, operation_id, key_id, tool, version,
-                                  arguments, arguments_hash, request, expires_at, max_attempts)
+                                  arguments, arguments_hash, request, expires_at, max_attempts,
+                                  principal_issuer, principal_subject, principal_name, client_id)
             VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
-                    now() + make_interval(secs => %s), %s)
+                    now() + make_interval(secs => %s), %s, %s, %s, %s, %s)
             ON CONFLICT (agent_id, operation_id, version, arguments_hash)
                 WHERE status IN {_ACTIVE} DO NOTHING
             RETURNING id""",
@@ -143,6 +146,7 @@ async def _insert_pending(conn: Connection, new: NewApproval) -> str | None:
             Jsonb(new.request),
             new.ttl_s,
             new.max_attempts,
+            *principal_columns(new.person),
         ),
     )
     row = await cur.fetchone()
@@ -237,7 +241,7 @@ async def expire_overdue_for_agent(conn: Connection, agent_id: int) -> None:
 async def get(conn: Connection, agent_id: int, approval_id: str) -> ApprovalRecord | None:
     """One row of this agent; another agent's row is as unknown as a missing one."""
     cur = await conn.execute(
-        f"""SELECT {_RECORD} FROM approvals r {recent_identical_join("r")}
+        f"""SELECT {_RECORD} FROM approvals r {record_joins("r")}
              WHERE id = %s AND agent_id = %s""",
         (approval_id, agent_id),
     )
@@ -251,7 +255,7 @@ async def list_page(
     """Newest first; keyset paging on (created_at, id)."""
     after = decode_cursor(cursor) if cursor else None
     cur = await conn.execute(
-        f"""SELECT {_RECORD} FROM approvals r {recent_identical_join("r")}
+        f"""SELECT {_RECORD} FROM approvals r {record_joins("r")}
              WHERE agent_id = %(agent)s
                AND (%(status)s::text IS NULL OR status = %(status)s)
                AND (%(at)s::timestamptz IS NULL OR (created_at, id) < (%(at)s, %(id)s))
@@ -363,6 +367,7 @@ class Claimed:
     workspace_id: int
     agent_id: int
     key_id: int | None  # the agent key that asked for the approval
+    person: PrincipalRecord | None  # or the person who did (the run's call log row names them)
     workspace: str  # slugs, for the call's metric label
     agent: str
     operation_id: int
@@ -405,6 +410,7 @@ UPDATE approvals a
                         + %(margin_s)s)::float8 AS lease_s) l
  WHERE a.id = c.id AND v.operation_id = a.operation_id AND v.version = a.version
 RETURNING a.id, a.status, a.attempt, a.max_attempts, a.workspace_id, a.agent_id, a.key_id,
+          a.principal_issuer, a.principal_subject, a.principal_name, a.client_id,
           (SELECT slug FROM workspaces WHERE id = a.workspace_id) AS workspace,
           (SELECT slug FROM agents WHERE id = a.agent_id) AS agent,
           a.operation_id, a.tool, a.version, a.arguments, a.request, l.lease_s, c.lease_expired
@@ -479,6 +485,7 @@ async def claim(
             workspace_id=r["workspace_id"],
             agent_id=r["agent_id"],
             key_id=r["key_id"],
+            person=principal_of_row(r),
             workspace=r["workspace"],
             agent=r["agent"],
             operation_id=r["operation_id"],

@@ -53,6 +53,7 @@ async def request_approval(
         request=built.redacted(),
         ttl_s=ctx.parts.settings.approval_ttl_s,
         max_attempts=ctx.parts.settings.approval_max_attempts,
+        person=ctx.requester.recorded,  # never the token (docs/architecture.md, "Identity")
     )
     async with ctx.pool.connection() as conn:
         for _ in range(_ROUNDS):

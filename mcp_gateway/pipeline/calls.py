@@ -142,7 +142,7 @@ class Pipeline:
             agent.workspace,
             agent.slug,
             requester.key_id,
-            requester.person,
+            requester.recorded,
         )
         account_call(
             self._call_log,

@@ -26,6 +26,7 @@ from mcp_gateway.upkeep.metrics import latency_histogram, requests_counter
 from mcp_gateway.vocabulary.jsonrpc import INTERNAL_ERROR
 from mcp_gateway.vocabulary.versions import LEGACY_VERSIONS
 from shared import tracing
+from shared.principals import LOG_KEYS, log_fields
 
 _ALLOW = {"Allow": "GET, POST, DELETE"}
 log = structlog.get_logger(__name__)
@@ -46,9 +47,17 @@ async def handle(
         exchange = Exchange(
             state, scope, receive, send, headers, agent, requester, new_request_id(), trace=trace
         )
+        # Who called, on every line of the request and on its span: the key's id, or
+        # the person's issuer and subject and the client; never the token
+        # (docs/architecture.md, "Identity").
+        person = requester.recorded
         structlog.contextvars.bind_contextvars(
-            request_id=exchange.request_id, agent=f"{workspace}/{slug}"
+            request_id=exchange.request_id,
+            agent=f"{workspace}/{slug}",
+            **log_fields(requester.key_id, person),
         )
+        if trace is not None:
+            trace.requester(requester.key_id, person)
         version_header = (headers.get("mcp-protocol-version") or "").strip()
         method = scope["method"]
         # What arrived, never its body (docs/security.md, "What logs never hold").
@@ -82,7 +91,7 @@ async def handle(
     finally:
         if exchange is not None:
             latency_histogram(exchange.label).observe(time.perf_counter() - started)
-            structlog.contextvars.unbind_contextvars("request_id", "agent")
+            structlog.contextvars.unbind_contextvars("request_id", "agent", *LOG_KEYS)
         if trace is not None:
             if exchange is None:  # refused before the key was accepted
                 trace.finish(scope["method"], None, None, None)

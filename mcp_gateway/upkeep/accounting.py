@@ -16,19 +16,21 @@ import msgspec
 from mcp_gateway.upkeep.call_log import CallLogWriter, CallRecord
 from mcp_gateway.upkeep.metrics import agent_label, observe_tool_call
 from shared.engine.upstream import UpstreamCall
-from shared.identity.access_tokens import Principal
+from shared.principals import PrincipalRecord
 
 
 class Caller(msgspec.Struct, frozen=True):
     """On whose behalf a call runs: the agent (ids, and slugs for the metric label)
-    and the key that asked (None where an approval row no longer names it)."""
+    and who asked: the key, or the person a token named. ``person`` is the recorded
+    part of the principal only, since an approved call rebuilds it from its approval
+    row, which keeps no token, groups or scopes (docs/architecture.md, "Identity")."""
 
     workspace_id: int
     agent_id: int
     workspace: str
     agent: str
     key_id: int | None
-    person: Principal | None = None  # who signed in, when a token authenticated
+    person: PrincipalRecord | None = None  # who signed in, when a token authenticated
 
 
 class CallClock(msgspec.Struct, frozen=True):
@@ -57,6 +59,7 @@ def account_call(
 ) -> None:
     """``outcome``: "ok", an error code, or the approval outcomes of the call log."""
     upstream = clock.upstream
+    person = caller.person
     upstream_ms = upstream.elapsed_ms
     observe_tool_call(
         agent_label(caller.workspace, caller.agent),
@@ -79,5 +82,9 @@ def account_call(
             duration_ms=(time.perf_counter() - clock.started) * 1000,
             upstream_ms=upstream_ms,
             approval_id=approval_id,
+            principal_issuer=None if person is None else person.issuer,
+            principal_subject=None if person is None else person.subject,
+            principal_name=None if person is None else person.name,
+            client_id=None if person is None else person.client_id,
         )
     )

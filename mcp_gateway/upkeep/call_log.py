@@ -43,12 +43,19 @@ class CallRecord(NamedTuple):
     duration_ms: float  # the whole tools/call, or the whole run of an approved call
     upstream_ms: float | None  # None when the upstream was not called
     approval_id: str | None = None  # the approval this call created or ran
+    # Who signed in, when a token authenticated (all None for a key's call):
+    # docs/architecture.md, "Identity". Never the token.
+    principal_issuer: str | None = None
+    principal_subject: str | None = None
+    principal_name: str | None = None
+    client_id: str | None = None
 
 
 _COPY = (
     "COPY call_log (called_at, workspace_id, agent_id, key_id, request_id, tool,"
     " tool_version, outcome, upstream_status, attempts, duration_ms, upstream_ms,"
-    " approval_id) FROM STDIN (FORMAT BINARY)"
+    " approval_id, principal_issuer, principal_subject, principal_name, client_id)"
+    " FROM STDIN (FORMAT BINARY)"
 )
 _TYPES = [
     "timestamptz",
@@ -63,6 +70,10 @@ _TYPES = [
     "int4",
     "float8",
     "float8",
+    "text",
+    "text",
+    "text",
+    "text",
     "text",
 ]
 

@@ -2,8 +2,8 @@
 agent's identity providers vouches for (docs/architecture.md, "Identity").
 
 Every step of a call takes the ``Requester``: budgets, sessions, body reads and
-confirmation tokens by its ``id``; the call log, approvals and logs record its
-``key_id`` or its ``person``.
+confirmation tokens by its ``id``; the call log, approvals, traces and logs record
+its ``key_id`` or its ``recorded`` principal (never the token).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import hashlib
 import msgspec
 
 from shared.identity.access_tokens import Principal
+from shared.principals import PrincipalRecord
 
 
 class Requester(msgspec.Struct, frozen=True):
@@ -29,6 +30,20 @@ class Requester(msgspec.Struct, frozen=True):
     def scopes(self) -> frozenset[str] | None:
         """The token's scopes; None for a key, which may use every tool of its agent."""
         return None if self.person is None else self.person.scopes
+
+    @property
+    def recorded(self) -> PrincipalRecord | None:
+        """What the call log, the approval and the traces keep of the person: issuer,
+        subject, display name, client; None for a key."""
+        person = self.person
+        if person is None:
+            return None
+        return PrincipalRecord(
+            issuer=person.issuer,
+            subject=person.subject,
+            name=person.display_name,
+            client_id=person.client_id,
+        )
 
     @classmethod
     def of_key(cls, key_id: int) -> Requester:

@@ -22,6 +22,7 @@ from shared.db import Connection, connect
 from shared.engine.canonical import arguments_hash
 from shared.engine.compiler import compile_operation
 from shared.engine.spec import operation_from_builtins
+from shared.principals import PrincipalRecord, principal_columns
 from tests.support.api import Client, auth, grant_egress
 from tests.support.gateway import Gateway, serve_upstream
 from tests.support.processes import free_port
@@ -161,9 +162,11 @@ async def insert_pending(
     secret: str = TOKEN,
     tamper: bool = False,
     expires_in_s: int = 3600,
+    person: PrincipalRecord | None = None,
 ) -> list[str]:
     """``count`` pending rows of create_order, stored as the approval gate stores them:
-    the validated arguments and ``BuiltRequest.redacted()``; oldest first."""
+    the validated arguments and ``BuiltRequest.redacted()``; oldest first. ``person``:
+    asked for by a person who signed in (no key), as a token's call records it."""
     async with await connect(database_url, autocommit=True) as conn:
         cur = await conn.execute(
             """SELECT o.id, o.workspace_id, v.version, v.spec, a.id AS agent_id
@@ -197,16 +200,19 @@ async def insert_pending(
                     max_attempts,
                     expires_in_s,
                     count - position,  # created a millisecond apart, in order
+                    *principal_columns(person),
                 )
             )
         async with conn.cursor() as insert:
             await insert.executemany(
                 """INSERT INTO approvals (id, workspace_id, agent_id, operation_id, tool, version,
                                           arguments, arguments_hash, request, max_attempts,
-                                          expires_at, created_at)
+                                          expires_at, created_at, principal_issuer,
+                                          principal_subject, principal_name, client_id)
                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
                            now() + make_interval(secs => %s),
-                           clock_timestamp() - make_interval(secs => %s / 1000.0))""",
+                           clock_timestamp() - make_interval(secs => %s / 1000.0),
+                           %s, %s, %s, %s)""",
                 rows,
             )
     return [row[0] for row in rows]
@@ -220,10 +226,11 @@ async def insert_approved(
     secret: str = TOKEN,
     tamper: bool = False,
     notify: bool = False,
+    person: PrincipalRecord | None = None,
 ) -> list[str]:
     """``count`` approved rows of create_order (``insert_pending``, then approved)."""
     ids = await insert_pending(
-        database_url, count, max_attempts=max_attempts, secret=secret, tamper=tamper
+        database_url, count, max_attempts=max_attempts, secret=secret, tamper=tamper, person=person
     )
     async with await connect(database_url, autocommit=True) as conn:
         cur = await conn.execute(

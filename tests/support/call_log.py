@@ -5,13 +5,17 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from shared.db import connect
+from shared.principals import PrincipalRecord, principal_columns
 from tests.support.approvals import TOOL
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)  # the first seeded call
 
 
-async def seed_calls(database_url: str, count: int, *, outcome: str = "ok") -> list[str]:
-    """``count`` call log rows of agent sales, a minute apart from T0; their request ids."""
+async def seed_calls(
+    database_url: str, count: int, *, outcome: str = "ok", person: PrincipalRecord | None = None
+) -> list[str]:
+    """``count`` call log rows of agent sales, a minute apart from T0; their request ids.
+    ``person``: made with that person's token (no key), else with the agent's key."""
     async with await connect(database_url, autocommit=True) as conn:
         cur = await conn.execute(
             """SELECT a.id AS agent_id, a.workspace_id, k.id AS key_id FROM agents a
@@ -28,7 +32,7 @@ async def seed_calls(database_url: str, count: int, *, outcome: str = "ok") -> l
                 T0 + timedelta(minutes=start + n),
                 found["workspace_id"],
                 found["agent_id"],
-                found["key_id"],
+                None if person else found["key_id"],
                 f"req_{start + n:016x}",
                 TOOL,
                 1,
@@ -37,6 +41,7 @@ async def seed_calls(database_url: str, count: int, *, outcome: str = "ok") -> l
                 1,
                 12.5 + n,
                 7.25,
+                *principal_columns(person),
             )
             for n in range(count)
         ]
@@ -44,8 +49,9 @@ async def seed_calls(database_url: str, count: int, *, outcome: str = "ok") -> l
             await insert.executemany(
                 """INSERT INTO call_log (called_at, workspace_id, agent_id, key_id, request_id,
                                          tool, tool_version, outcome, upstream_status, attempts,
-                                         duration_ms, upstream_ms)
-                   VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+                                         duration_ms, upstream_ms, principal_issuer,
+                                         principal_subject, principal_name, client_id)
+                   VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
                 rows,
             )
     return [str(row[4]) for row in rows]

@@ -23,6 +23,7 @@ async def call_log(
     tool: FromQuery[str] = "",
     outcome: FromQuery[str] = "",
     request_id: FromQuery[str] = "",
+    principal_subject: FromQuery[str] = "",
     since: Annotated[str, QueryParameter(name="from")] = "",
     until: Annotated[str, QueryParameter(name="to")] = "",
     cursor: FromQuery[str] = "",
@@ -32,6 +33,7 @@ async def call_log(
         "tool": tool,
         "outcome": outcome,
         "request_id": request_id,
+        "principal_subject": principal_subject,
         "from": since,
         "to": until,
     }
@@ -42,6 +44,7 @@ async def call_log(
             tool=blank_to_none(tool),
             outcome=blank_to_none(outcome),
             request_id=blank_to_none(request_id),
+            principal_subject=blank_to_none(principal_subject),
             since=parse_time("from", since),
             until=parse_time("to", until),
         )

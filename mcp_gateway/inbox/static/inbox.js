@@ -264,6 +264,19 @@
     return notice;
   }
 
+  // Who asked: the person a token named ("Dana Ng (dana@example.com)", the issuer and
+  // client in the tooltip) or the agent key by its prefix. Never a token: the record
+  // holds none.
+  function requester(asker) {
+    if (!asker) return "an unknown requester";
+    if ("subject" in asker) {
+      const title = "issuer " + asker.issuer + (asker.client_id ? " · client " + asker.client_id : "");
+      const who = asker.name ? asker.name + " (" + asker.subject + ")" : asker.subject;
+      return el("span", { className: "requester", title: title }, who);
+    }
+    return asker.key ? el("span", {}, "key ", el("code", {}, asker.key)) : "a deleted key";
+  }
+
   // --- one approval --------------------------------------------------------
 
   function card(record, notes) {
@@ -280,7 +293,9 @@
         "p",
         { className: "meta" },
         el("code", { className: "id" }, record.id),
-        " · asked " + when(record.created_at) + " · ",
+        " · asked by ",
+        requester(record.requester),
+        " " + when(record.created_at) + " · ",
         record.status === "pending"
           ? el("span", { className: "expiry", "data-expires": record.expires_at }, timeLeft(record.expires_at))
           : STATUS_WORDS[record.status] || record.status,

@@ -25,6 +25,10 @@ FIELDS = {
     "duration_ms",
     "upstream_ms",
     "approval_id",
+    "principal_issuer",
+    "principal_subject",
+    "principal_name",
+    "client_id",
 }
 
 
@@ -88,6 +92,12 @@ async def test_calls_are_listed_newest_first_with_agent_slug_and_key_prefix(
     assert newest["key_prefix"] == acme["sales"]
     assert (newest["upstream_status"], newest["attempts"], newest["tool_version"]) == (404, 1, 1)
     assert newest["request_id"] == "req_sales_0"
+    # A key's call names no principal.
+    assert [newest[f] for f in ("principal_issuer", "principal_subject", "client_id")] == [
+        None,
+        None,
+        None,
+    ]
 
 
 @pytest.mark.usefixtures("acme")
@@ -157,6 +167,9 @@ async def test_cursor_pages_through_every_call_once(
         ("?tool=no%20spaces", "tool"),
         ("?cursor=bm9wZQ", "cursor"),
         ("?cursor=%C3%A9", "cursor"),  # non-ASCII: base64 decoding raises a bare ValueError
+        ("?principal_subject=", "principal_subject"),
+        ("?principal_subject=" + "s" * 1001, "principal_subject"),
+        ("?principal_issuer=" + "i" * 1001, "principal_issuer"),
     ],
 )
 async def test_bad_filter_values_get_400_naming_the_field(
@@ -204,3 +217,61 @@ async def test_calls_of_a_deleted_agent_stay_listed_without_its_slug(
     (call,) = (await page(client, admin_token))["items"]
 
     assert (call["agent"], call["key_prefix"], call["tool"]) == (None, None, "get_order")
+
+
+async def add_person_calls(database_url: str, calls: list[tuple[str, str, str | None]]) -> None:
+    """Calls of agent rates in acme made with tokens: (issuer, subject, name), in order."""
+    async with await connect(database_url) as conn:
+        for number, (issuer, subject, name) in enumerate(calls):
+            await conn.execute(
+                """INSERT INTO call_log (called_at, workspace_id, agent_id, key_id, request_id,
+                                         tool, tool_version, outcome, upstream_status, attempts,
+                                         duration_ms, upstream_ms, principal_issuer,
+                                         principal_subject, principal_name, client_id)
+                   SELECT now(), a.workspace_id, a.id, NULL, %s, 'latest_rate', 1, 'ok', 200,
+                          1, 2.5, 2.0, %s, %s, %s, 'desk-app'
+                     FROM agents a JOIN workspaces w ON w.id = a.workspace_id
+                    WHERE w.slug = 'acme' AND a.slug = 'rates'""",
+                (f"req_person_{number}", issuer, subject, name),
+            )
+        await conn.commit()
+
+
+@pytest.mark.usefixtures("acme")
+async def test_calls_made_with_tokens_name_the_principal_and_filter_by_it(
+    client: Client, admin_token: str, database_url: str
+) -> None:
+    idp, other_idp = "https://idp.example.com", "https://other.example.com"
+    await add_person_calls(
+        database_url,
+        [(idp, "dana", "Dana Ng"), (idp, "lee", None), (other_idp, "dana", "Dana at Other")],
+    )
+    await add_calls(database_url, "acme", "rates", [("latest_rate", "ok", 200)])
+
+    def ids(body: Any) -> list[str]:
+        return [c["request_id"] for c in body["items"]]
+
+    everything = await page(client, admin_token)
+    by_id = {c["request_id"]: c for c in everything["items"]}
+    dana = by_id["req_person_0"]
+    assert set(dana) == FIELDS
+    assert (dana["principal_issuer"], dana["principal_subject"]) == (idp, "dana")
+    assert (dana["principal_name"], dana["client_id"], dana["key_prefix"]) == (
+        "Dana Ng",
+        "desk-app",
+        None,
+    )
+    assert by_id["req_person_1"]["principal_name"] is None
+
+    assert ids(await page(client, admin_token, "?principal_subject=dana")) == [
+        "req_person_2",
+        "req_person_0",
+    ]
+    issuer = "?principal_issuer=https%3A%2F%2Fidp.example.com"
+    assert ids(await page(client, admin_token, issuer + "&principal_subject=dana")) == [
+        "req_person_0"
+    ]
+    assert ids(await page(client, admin_token, issuer)) == ["req_person_1", "req_person_0"]
+    # Exact match only: no prefix or pattern search.
+    assert ids(await page(client, admin_token, "?principal_subject=dan")) == []
+    assert ids(await page(client, admin_token, "?principal_subject=%25")) == []

@@ -12,6 +12,7 @@ from psycopg.types.json import Jsonb
 
 from mcp_gateway.approvals import store
 from shared.db import connect
+from shared.principals import PrincipalRecord
 from tests.support.api import Client, make_token
 from tests.support.approval_outcomes import gateway_env
 from tests.support.approvals import (
@@ -376,3 +377,43 @@ async def test_a_call_a_gateway_held_for_approval_runs_once_an_owner_approves_it
         assert "&#34;item&#34;: &#34;sku-7&#34;" in shown.text  # the selected result
         calls = await client.get("/ui/w/default/calls", params={"outcome": "ok"})
         assert f'href="/ui/w/default/approvals/{approval_id}"' in calls.text  # the worker's run
+
+
+async def test_the_list_and_the_detail_say_who_asked_a_person_or_a_key(
+    client: Client, admin_token: str, database_url: str
+) -> None:
+    await _shop(client, admin_token)
+    dana = PrincipalRecord(
+        issuer="https://idp.example.com",
+        subject="dana@example.com",
+        name="Dana Ng",
+        client_id="desk",
+    )
+    (by_dana,) = await insert_pending(database_url, person=dana)
+    by_key, by_nobody = await insert_pending(database_url, 2)
+    async with await connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT id, prefix FROM api_keys WHERE kind = 'agent' ORDER BY id LIMIT 1"
+        )
+        key = await cur.fetchone()
+        assert key is not None
+        await behind_the_trigger(
+            conn, "UPDATE approvals SET key_id = %s WHERE id = %s", (key["id"], by_key)
+        )
+    prefix = key["prefix"]
+    await sign_in(client, await make_token(database_url, "viewer", "default"))
+
+    listed = (await client.get(PAGE)).text
+    person = (
+        '<span title="issuer https://idp.example.com · client desk">'
+        "Dana Ng (dana@example.com)</span>"
+    )
+    assert person in listed
+    assert f"key <code>{prefix}</code>" in listed
+    assert '<span class="muted">unknown</span>' in listed  # a row that names neither
+
+    detail = (await client.get(f"{PAGE}/{by_dana}")).text
+    assert f"<dt>Asked by</dt><dd>{person}</dd>" in detail
+    keyed = (await client.get(f"{PAGE}/{by_key}")).text
+    assert f"<dt>Asked by</dt><dd>key <code>{prefix}</code></dd>" in keyed
+    assert by_nobody in listed

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from shared.principals import PrincipalRecord
 from tests.support.api import Client, auth, make_token
 from tests.support.approvals import TOOL, publish_shop
 from tests.support.call_log import seed_calls
@@ -107,3 +108,42 @@ async def test_the_api_takes_the_new_filters_too(
     bad = await client.get(base, params={"request_id": "x"}, headers=auth(admin_token))
     assert bad.status_code == 400
     assert bad.json()["errors"][0]["field"] == "request_id"
+
+
+async def test_each_call_names_its_caller_and_the_log_filters_by_the_signed_in_subject(
+    client: Client, admin_token: str, database_url: str
+) -> None:
+    await publish_shop(client, admin_token, 9)
+    by_key = await seed_calls(database_url, 1)
+    dana = PrincipalRecord(
+        issuer="https://idp.example.com",
+        subject="dana@example.com",
+        name="Dana <Ng>",
+        client_id="desk",
+    )
+    by_dana = await seed_calls(database_url, 2, person=dana)
+    nameless = PrincipalRecord(issuer="https://idp.example.com", subject="svc-7")
+    by_service = await seed_calls(database_url, 1, person=nameless)
+    await sign_in(client, admin_token)
+    keys = await client.get("/api/v1/workspaces/default/keys", headers=auth(admin_token))
+    prefix = next(k["prefix"] for k in keys.json()["items"] if k["kind"] == "agent")
+
+    text = (await client.get(PAGE)).text
+    assert _request_ids(text) == (by_key + by_dana + by_service)[::-1]
+    # The person by name and subject (escaped), the issuer and client in the tooltip.
+    assert (
+        text.count(
+            '<span title="issuer https://idp.example.com · client desk">'
+            "Dana &lt;Ng&gt; (dana@example.com)</span>"
+        )
+        == 2
+    )
+    assert '<span title="issuer https://idp.example.com">svc-7</span>' in text
+    assert f"key <code>{prefix}</code>" in text
+
+    subject = await client.get(PAGE, params={"principal_subject": "dana@example.com"})
+    assert _request_ids(subject.text) == by_dana[::-1]
+    assert 'value="dana@example.com"' in subject.text  # the filter stays in its field
+    refused = await client.get(PAGE, params={"principal_subject": "x" * 1001})
+    assert _request_ids(refused.text) == []
+    assert "at most 1000 characters" in refused.text

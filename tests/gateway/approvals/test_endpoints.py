@@ -62,6 +62,7 @@ RECORD_FIELDS = {
     "completed_at",
     "response_payload",
     "recent_identical",
+    "requester",
 }
 
 
@@ -510,6 +511,8 @@ async def test_a_record_shows_what_design_lists_and_only_to_its_agent(
         assert record["created_at"] < record["expires_at"]
         for field in ("decided_at", "decided_by", "note", "completed_at", "response_payload"):
             assert record[field] is None
+        # Who asked: the agent key, by the prefix the console lists it with.
+        assert record["requester"] == {"key": display_prefix(sales.agent_key)}
 
     unknown = await http.get(f"{APPROVALS}/approval_nope", headers=bearer(sales.approval_key))
     assert (unknown.status_code, unknown.json()["code"]) == (404, "not_found")

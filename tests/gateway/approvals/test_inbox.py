@@ -25,6 +25,7 @@ from mcp import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
 from playwright.async_api import Browser, Locator, Page, expect
 
+from shared.keys import display_prefix
 from tests.support.approval_outcomes import (
     GATED,
     LINES,
@@ -242,6 +243,10 @@ async def test_an_approver_approves_with_a_note_and_the_repeat_call_gets_the_out
         await expect(args.locator("dt")).to_have_text(["item", "request_id"])
         await expect(args.locator("dd")).to_have_text(["sku-inbox", "req-inbox"])
         await expect(pending.locator(".expiry")).to_have_text(re.compile(r"^expires in \d+ h"))
+        # Who asked: the agent key, by the prefix the console lists it with.
+        await expect(pending.locator(".meta")).to_contain_text(
+            f"asked by key {display_prefix(shopfront.agent_key)}"
+        )
         await check_page(page, "inbox-pending")
         # Kept in this tab's sessionStorage, nowhere else (the URL neither).
         assert await stored_key(page) == [[shopfront.approval_key], [], ""]

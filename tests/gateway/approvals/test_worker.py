@@ -25,6 +25,7 @@ from shared.db import Connection, connect, open_pool
 from shared.engine.outbound import UpstreamExecutor
 from shared.engine.request_builder import BuiltRequest
 from shared.engine.ssrf import AddressPolicy
+from shared.principals import PrincipalRecord
 from tests.support.api import Client, auth
 from tests.support.approvals import (
     TOKEN,
@@ -112,6 +113,44 @@ async def test_approved_call_sends_the_stored_request_and_records_the_selected_r
     assert seen.key is not None
     assert seen.key.startswith("req-")
     assert seen.body == {"item": row["response_payload"]["item"]}
+
+
+async def test_an_approved_call_a_person_asked_for_is_logged_under_their_name(
+    client: Client, admin_token: str, database_url: str, shop: Shop
+) -> None:
+    """The claim reads the requester back from the row: the run's call log row names
+    the person (docs/architecture.md, "Identity"), as the asking call's row did."""
+    await publish_shop(client, admin_token, shop.port)
+    dana = PrincipalRecord(
+        issuer="https://idp.example.com", subject="dana", name="Dana Ng", client_id="desk"
+    )
+    (approval_id,) = await insert_approved(database_url, person=dana)
+    log_pool = await open_pool(database_url, autocommit=True, max_size=1, name="log")
+    call_log = CallLogWriter(log_pool)
+    try:
+        async with worker_for(database_url, call_log=call_log) as worker:
+            assert await worker.claim_once() == 1
+            await wait_until(lambda: idle(worker), timeout_s=10)
+        assert await call_log.flush() == 1
+    finally:
+        await log_pool.close()
+    async with await connect(database_url) as conn:
+        cur = await conn.execute(
+            """SELECT key_id, principal_issuer, principal_subject, principal_name, client_id,
+                      outcome FROM call_log WHERE approval_id = %s""",
+            (approval_id,),
+        )
+        logged = await cur.fetchall()
+    assert logged == [
+        {
+            "key_id": None,
+            "principal_issuer": "https://idp.example.com",
+            "principal_subject": "dana",
+            "principal_name": "Dana Ng",
+            "client_id": "desk",
+            "outcome": "ok",
+        }
+    ]
 
 
 async def test_secrets_come_from_the_snapshot_when_it_holds_the_agent(

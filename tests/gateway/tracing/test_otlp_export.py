@@ -18,6 +18,7 @@ from opentelemetry import context, trace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as SpanProto
 from opentelemetry.proto.trace.v1.trace_pb2 import Status as StatusProto
 
+from shared.principals import PrincipalRecord
 from tests.support.api import Client
 from tests.support.approvals import TOOL, Shop, insert_approved, publish_shop, serve_shop
 from tests.support.gateway import Gateway, run_gateway
@@ -90,6 +91,7 @@ async def test_a_traced_call_exports_its_request_and_upstream_spans_with_their_p
     assert served.service_name == "crank-gateway"
     request_id = served.attributes.pop("crank.request_id")
     assert str(request_id).startswith("req_")
+    assert served.attributes.pop("crank.key_id") > 0  # who called: the agent key
     assert served.attributes == {
         "network.protocol.name": "http",
         "network.transport": "tcp",
@@ -151,7 +153,10 @@ async def test_an_approved_call_run_by_the_worker_is_a_span_of_its_own_with_its_
         await publish_shop(client, admin_token, shop.port)
         env = tracing_env(receiver, shop.port)
         async with run_gateway(database_url, tmp_path, extra_env=env):
-            (approval_id,) = await insert_approved(database_url, notify=True)
+            person = PrincipalRecord(
+                issuer="https://idp.example.com", subject="dana", name="Dana", client_id="desk"
+            )
+            (approval_id,) = await insert_approved(database_url, notify=True, person=person)
             spans = await receiver.arrived(f"approval {TOOL}", "POST /orders")
 
     run, sent = spans[f"approval {TOOL}"], spans["POST /orders"]
@@ -159,6 +164,11 @@ async def test_an_approved_call_run_by_the_worker_is_a_span_of_its_own_with_its_
     assert run.attributes["crank.approval_id"] == approval_id
     assert run.attributes["crank.outcome"] == "ok"
     assert run.attributes["gen_ai.tool.name"] == TOOL
+    # Who asked for it, from the approval row (a person: no key).
+    assert run.attributes["crank.principal.issuer"] == "https://idp.example.com"
+    assert run.attributes["crank.principal.subject"] == "dana"
+    assert run.attributes["crank.client_id"] == "desk"
+    assert "crank.key_id" not in run.attributes
     assert (sent.trace_id, sent.parent_span_id) == (run.trace_id, run.span_id)
     assert sent.attributes["http.response.status_code"] == shop.status
 

@@ -12,7 +12,9 @@ import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 from psycopg_pool import AsyncConnectionPool
 
+from shared import tracing
 from shared.db import Connection, open_pool
+from shared.principals import PrincipalRecord
 from tests.support.tracing import Parent, only, recording
 from tests.support.transport import Transport, build_transport, call
 
@@ -76,6 +78,9 @@ async def test_a_request_is_a_server_span_under_the_http_traceparent(
     assert (span.context.trace_id, span.parent.span_id) == (caller.trace_id, caller.span_id)
     attributes = dict(span.attributes or {})
     assert str(attributes.pop("crank.request_id")).startswith("req_")
+    key_id = attributes.pop("crank.key_id")  # who called: the agent key's id, never the key
+    assert isinstance(key_id, int)
+    assert key_id > 0
     assert attributes == {
         "network.protocol.name": "http",
         "network.transport": "tcp",
@@ -151,3 +156,26 @@ async def test_a_refused_key_still_gets_a_span_without_agent_or_request_id(
     assert attributes["http.response.status_code"] == answer.status
     assert attributes["error.type"] == str(code)
     assert not {"crank.agent", "crank.request_id", "mcp.method.name"} & attributes.keys()
+
+
+def test_a_persons_request_span_names_issuer_subject_and_client_never_a_key() -> None:
+    """What the endpoint sets for a token's caller (``RequestTrace.requester``)."""
+    person = PrincipalRecord(
+        issuer="https://idp.example.com", subject="dana", name="Dana Ng", client_id="desk-app"
+    )
+    with recording() as spans:
+        trace = tracing.RequestTrace(lambda name: None)
+        trace.requester(None, person)
+        trace.finish("POST", "acme", "shop", "req_0123456789abcdef")
+    span = only(spans.get_finished_spans(), "POST")
+    attributes = dict(span.attributes or {})
+    assert {
+        k: v for k, v in attributes.items() if k.startswith(("crank.principal", "crank.c"))
+    } == {
+        "crank.principal.issuer": "https://idp.example.com",
+        "crank.principal.subject": "dana",
+        "crank.client_id": "desk-app",
+    }
+    assert "crank.key_id" not in attributes
+    # The display name is the log's and the records', not the span's.
+    assert "Dana Ng" not in attributes.values()

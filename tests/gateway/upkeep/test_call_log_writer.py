@@ -18,11 +18,13 @@ from tests.support.gateway import wait_until
 
 
 def row(number: int, *, request_id: str | None = None) -> CallRecord:
+    """Odd numbers: a key's call; even: a person's (a token's principal, no key)."""
+    person = number % 2 == 0
     return CallRecord(
         called_at=datetime.now(UTC),
         workspace_id=1,
         agent_id=2,
-        key_id=3,
+        key_id=None if person else 3,
         request_id=request_id or f"req_{number:04d}",
         tool="latest_rate",
         tool_version=1,
@@ -31,6 +33,10 @@ def row(number: int, *, request_id: str | None = None) -> CallRecord:
         attempts=1,
         duration_ms=1.5,
         upstream_ms=1.25 if number % 2 else None,
+        principal_issuer="https://idp.example.com" if person else None,
+        principal_subject=f"person-{number}" if person else None,
+        principal_name="Dana Ng" if person else None,
+        client_id="desk-app" if person else None,
     )
 
 
@@ -80,11 +86,14 @@ async def test_flush_writes_every_buffered_row_in_one_batch_with_every_column(
         assert await cur.fetchone() == {"n": 1000, "transactions": 1}
         cur = await conn.execute("SELECT * FROM call_log WHERE request_id = 'req_0002'")
         stored = await cur.fetchone()
-    assert stored is not None
-    expected = row(2)._asdict()
-    assert {k: stored[k] for k in expected if k != "called_at"} == {
-        k: v for k, v in expected.items() if k != "called_at"
-    }
+        cur = await conn.execute("SELECT * FROM call_log WHERE request_id = 'req_0003'")
+        by_key = await cur.fetchone()
+    for number, found in ((2, stored), (3, by_key)):  # a person's call and a key's
+        assert found is not None
+        expected = row(number)._asdict()
+        assert {k: found[k] for k in expected if k != "called_at"} == {
+            k: v for k, v in expected.items() if k != "called_at"
+        }
 
 
 async def test_background_task_writes_recorded_calls_within_an_interval(
