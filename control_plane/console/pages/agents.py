@@ -5,7 +5,7 @@ admin API (control_plane/routes/agents.py); every write names the ETag the page
 was rendered with, so a draft changed meanwhile is never overwritten. The draft's
 form also holds the agent's ``auth``: the workspace's identity providers whose
 tokens it accepts, whether agent keys are, and the scopes every caller needs
-(docs/architecture.md, "Identity (in progress)")."""
+(docs/architecture.md, "Identity")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The Identity providers page: the OpenID Connect / OAuth providers whose tokens the
-workspace's agents may accept (docs/architecture.md, "Identity (in progress)").
+workspace's agents may accept (docs/architecture.md, "Identity").
 
 Everyone with access reads them and which agents name each; owners add, edit and
 delete them, as in the admin API (control_plane/routes/identity_providers.py),
