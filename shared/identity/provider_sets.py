@@ -14,6 +14,7 @@ memory goes with it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -165,7 +166,7 @@ class ProviderSet:
         for i, issuer in enumerate(issuers):
             if issuer.introspection is not None:
                 if introspecting:
-                    issuers[i] = _without_introspection(issuer)
+                    issuers[i] = dataclasses.replace(issuer, introspection=None)
                 introspecting = True
         validator = AccessTokenValidator(
             issuers, self._parts.jwks, self._results, post=self._parts.post
@@ -173,15 +174,3 @@ class ProviderSet:
         self._validator, self._generation, self._missing = validator, generation, frozenset(missing)
         self._retry_at = time.monotonic() + RETRY_MISSING_S
         return validator
-
-
-def _without_introspection(issuer: TrustedIssuer) -> TrustedIssuer:
-    return TrustedIssuer(
-        issuer=issuer.issuer,
-        jwks_uri=issuer.jwks_uri,
-        algorithms=issuer.algorithms,
-        token_types=issuer.token_types,
-        subject_claim=issuer.subject_claim,
-        groups_claim=issuer.groups_claim,
-        leeway_s=issuer.leeway_s,
-    )
