@@ -126,6 +126,7 @@ from bench.harness import (  # noqa: E402
     drop_database,
     grant_loopback,
 )
+from bench.loopback_idp import PROVIDER, SCOPES  # noqa: E402
 from bench.rates_upstream import DATE, RATE  # noqa: E402
 from shared.logging import configure_logging  # noqa: E402
 
@@ -317,7 +318,11 @@ def run_wrk(cpu: int | str, url: str, script: Path, connections: int, seconds: f
     raise RuntimeError(f"wrk printed no result:\n{out.stdout}\n{out.stderr}")
 
 
-async def seed(url: str, upstream_port: int) -> str:
+async def seed(url: str, upstream_port: int, issuer: str | None = None) -> str:
+    """The workspace ``bench`` with the operation and the agent ``rates``; its agent key.
+
+    With ``issuer``, the workspace trusts that identity provider (bench/loopback_idp.py)
+    and the agent takes its tokens too, with the provider's scopes required."""
     spec = {
         "name": TOOL,
         "title": "Latest exchange rate",
@@ -350,9 +355,15 @@ async def seed(url: str, upstream_port: int) -> str:
         await checked(
             "POST", f"{base}/operations/{TOOL}/publish", h={"If-Match": op.headers["etag"]}
         )
-        agent = await checked(
-            "POST", f"{base}/agents", json={"slug": "rates", "operations": [TOOL]}
-        )
+        agent_spec: dict[str, Any] = {"slug": "rates", "operations": [TOOL]}
+        if issuer is not None:
+            await checked(
+                "POST",
+                f"{base}/identity-providers",
+                json={"name": PROVIDER, "issuer": issuer},
+            )
+            agent_spec["auth"] = {"providers": [PROVIDER], "scopes": list(SCOPES)}
+        agent = await checked("POST", f"{base}/agents", json=agent_spec)
         await checked("POST", f"{base}/agents/rates/publish", h={"If-Match": agent.headers["etag"]})
         key = await checked("POST", f"{base}/keys", json={"agent": "rates"})
         return str(key.json()["key"])
