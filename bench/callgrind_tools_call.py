@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/callgrind_tools_call.py [--calls 300] [--concurrency 16]
         [--era legacy|modern] [--loop asyncio|uvloop] [--auth key|token|both]
-        [--no-valgrind] [--keep-profiles]
+        [--baseline-tree PATH] [--no-valgrind] [--keep-profiles]
 
 Wall time on a shared machine moves from run to run; the number of
 instructions a piece of code executes hardly does (two runs of the same code
@@ -36,6 +36,13 @@ metadata and keys and validates it, so the measured calls are cached-token
 calls. ``--keep-profiles`` keeps each run's callgrind output for
 ``callgrind_annotate``.
 
+``--baseline-tree PATH`` measures a second checkout's gateway code too (e.g.
+``git worktree add /tmp/base <commit>``), with the same database, upstream,
+IdP and bearers: its inner runs put that tree first on the path (this tree's
+bench package stays) and check that ``mcp_gateway`` came from it. It prints
+this tree / baseline per mode: a change to the hot path, before and after in
+one run. The database is migrated and seeded by this tree's code.
+
 Needs valgrind (``apt install valgrind``), taskset and a PostgreSQL
 (``CRANK_BENCH_DATABASE_URL``, default the local server). ``--no-valgrind``
 runs the inner part without callgrind (a quick check that it works).
@@ -61,6 +68,12 @@ import msgspec
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+import bench  # noqa: E402, F401 - this tree's benches, whichever tree the code under test is
+
+if CODE_TREE := os.environ.get("CRANK_BENCH_CODE_TREE"):
+    # An inner run of --baseline-tree: mcp_gateway, shared and control_plane from that
+    # checkout (first on the path); bench.* stays this tree's (its package is imported).
+    sys.path.insert(0, CODE_TREE)
 
 from bench.gateway_tools_call import (  # noqa: E402
     LEGACY_VERSION,
@@ -72,6 +85,7 @@ from bench.gateway_tools_call import (  # noqa: E402
     seed,
     serve,
     stop,
+    tree_commit,
     wait_up,
 )
 from bench.harness import SECRET, create_database, drop_database  # noqa: E402
@@ -218,6 +232,12 @@ def outer(args: argparse.Namespace) -> int:
     if not args.no_valgrind and shutil.which("valgrind") is None:
         print("valgrind is not installed (apt install valgrind)", file=sys.stderr)
         return 2
+    tree = args.baseline_tree.resolve() if args.baseline_tree else None
+    if tree is not None:
+        if not (tree / "mcp_gateway" / "app.py").is_file():
+            print(f"--baseline-tree {tree}: no mcp_gateway/app.py there", file=sys.stderr)
+            return 2
+        print(f"this tree {ROOT} at {tree_commit(ROOT)}; baseline {tree} at {tree_commit(tree)}")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # the seeding's requests
     modes = ["key", "token"] if args.auth == "both" else [args.auth]
     server, name, url = create_database("callgrind")
@@ -260,22 +280,19 @@ def outer(args: argparse.Namespace) -> int:
                 seed(url, upstream_port, idp.issuer if idp is not None else None)
             )
             env["CRANK_DATABASE_URL"] = url
-            per_call: dict[str, float] = {}
-            for mode in modes:
-                found = _measure(args, mode, bearers[mode], env, directory)
-                if found is None:
-                    return 1
-                per_call[mode] = found
+            trees = {"this tree": ROOT} | ({"baseline": tree} if tree is not None else {})
+            per_call: dict[tuple[str, str], float] = {}
+            for label, code in trees.items():
+                for mode in modes:
+                    run_env = env | ({"CRANK_BENCH_CODE_TREE": str(code)} if code != ROOT else {})
+                    found = _measure(args, mode, bearers[mode], run_env, directory, label)
+                    if found is None:
+                        return 1
+                    per_call[(label, mode)] = found
             if idp is not None:
                 print(f"IdP documents served (whole run): {idp.served}")
-            if len(per_call) == 2 and not args.no_valgrind:
-                ratio = per_call["token"] / per_call["key"]
-                verdict = "met" if ratio <= TOKEN_BUDGET else "MISSED"
-                print(
-                    f"key {per_call['key'] / 1e6:.3f} M/call, token "
-                    f"{per_call['token'] / 1e6:.3f} M/call: token / key = {ratio:.4f} "
-                    f"({(ratio - 1) * 100:+.1f} %; {verdict}: <= {TOKEN_BUDGET:g})"
-                )
+            if not args.no_valgrind:
+                _summary(per_call, trees, modes)
             return 0
         finally:
             stop(upstream)
@@ -283,8 +300,36 @@ def outer(args: argparse.Namespace) -> int:
             shutil.rmtree(directory, ignore_errors=True)
 
 
+def _summary(
+    per_call: dict[tuple[str, str], float], trees: dict[str, Path], modes: list[str]
+) -> None:
+    """Token over key per tree (issue 28's budget), and each tree over the baseline."""
+    for label in trees:
+        if len(modes) == 2:
+            key, token = per_call[(label, "key")], per_call[(label, "token")]
+            ratio = token / key
+            verdict = "met" if ratio <= TOKEN_BUDGET else "MISSED"
+            print(
+                f"{label}: key {key / 1e6:.3f} M/call, token {token / 1e6:.3f} M/call: "
+                f"token / key = {ratio:.4f} ({(ratio - 1) * 100:+.1f} %; "
+                f"{verdict}: <= {TOKEN_BUDGET:g})"
+            )
+    if "baseline" in trees:
+        for mode in modes:
+            ours, base = per_call[("this tree", mode)], per_call[("baseline", mode)]
+            print(
+                f"{mode}: this tree / baseline = {ours / base:.4f} "
+                f"({(ours - base) / 1e3:+.1f} k instructions per call)"
+            )
+
+
 def _measure(
-    args: argparse.Namespace, mode: str, bearer: str, env: dict[str, str], directory: Path
+    args: argparse.Namespace,
+    mode: str,
+    bearer: str,
+    env: dict[str, str],
+    directory: Path,
+    label: str,
 ) -> float | None:
     """One inner run with ``bearer``: instructions per call (0 without valgrind), or
     None after printing why it failed."""
@@ -306,7 +351,8 @@ def _measure(
         str(args.concurrency),
     ]
     env = env | {"CRANK_BENCH_BEARER": bearer}  # not in argv: ps would show it
-    out = directory / f"callgrind-{mode}.out"
+    tag = f"{mode}-{label.replace(' ', '-')}"
+    out = directory / f"callgrind-{tag}.out"
     if not args.no_valgrind:
         env["CRANK_BENCH_UNDER_VALGRIND"] = "1"
         argv = [
@@ -329,12 +375,13 @@ def _measure(
         print(f"no total in {out}", file=sys.stderr)
         return None
     if args.keep_profiles:
-        kept = Path(tempfile.gettempdir()) / f"crank-callgrind-{mode}-{os.getpid()}.out"
+        kept = Path(tempfile.gettempdir()) / f"crank-callgrind-{tag}-{os.getpid()}.out"
         shutil.copy(out, kept)
         print(f"profile kept: {kept} (callgrind_annotate {kept})")
     total = int(found.group(1))
     print(
-        f"{mode}: {args.era}, loop {args.loop}, {args.calls} calls {args.concurrency} at a time: "
+        f"{label}, {mode}: {args.era}, loop {args.loop}, "
+        f"{args.calls} calls {args.concurrency} at a time: "
         f"{total:,} instructions, {total / args.calls / 1e6:.3f} M per call",
         flush=True,
     )
@@ -358,10 +405,22 @@ def main() -> int:
     parser.add_argument(
         "--keep-profiles", action="store_true", help="copy each callgrind.out to the temp dir"
     )
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        metavar="PATH",
+        help="also measure the gateway code of this checkout (e.g. git worktree add /tmp/base "
+        "<commit>), same database and bearers, and print this tree / baseline",
+    )
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not args.inner:
         return outer(args)
+    if CODE_TREE:
+        import mcp_gateway
+
+        if not Path(mcp_gateway.__file__).resolve().is_relative_to(Path(CODE_TREE).resolve()):
+            raise RuntimeError(f"the baseline imports {mcp_gateway.__file__}, not {CODE_TREE}")
     if args.loop == "uvloop":
         import uvloop  # not a dependency: install it into the venv to compare loops
 

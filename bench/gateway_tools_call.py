@@ -117,7 +117,8 @@ import msgspec
 import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:  # run as a script; imported, the importer's path stands
+    sys.path.insert(0, str(ROOT))
 
 from bench.harness import (  # noqa: E402
     SECRET,
