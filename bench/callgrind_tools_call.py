@@ -6,8 +6,11 @@
 
 Wall time on a shared machine moves from run to run; the number of
 instructions a piece of code executes hardly does (two runs of the same code
-differ by about 0.5 %), so this is the figure to compare two versions of the
-hot path by, run by run (docs/performance.md, "Where the time goes").
+differ by about 0.5 % on a quiet machine, 1-2 % on a loaded one, where the
+timers and loop wake-ups counted grow with the stretched wall time:
+``--repeat`` takes the least of several), so this is the figure to compare
+two versions of the hot path by, run by run (docs/performance.md, "Where the
+time goes").
 
 Set-up: the database and the ``latest_rate`` operation of
 bench/gateway_tools_call.py, its upstream (bench/rates_upstream.py under
@@ -289,7 +292,8 @@ def outer(args: argparse.Namespace) -> int:
                         run_env = env | (
                             {"CRANK_BENCH_CODE_TREE": str(code)} if code != ROOT else {}
                         )
-                        found = _measure(args, mode, bearers[mode], run_env, directory, label)
+                        tag = label if args.repeat == 1 else f"{label} {repeat + 1}"
+                        found = _measure(args, mode, bearers[mode], run_env, directory, tag)
                         if found is None:
                             return 1
                         runs.setdefault((label, mode), []).append(found)
