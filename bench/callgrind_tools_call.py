@@ -36,8 +36,10 @@ gateway runs with ``CRANK_PUBLIC_URL`` set to the driver's own URL and
 SSRF guard). The token is RFC 9068 (``typ: at+jwt``, RS256, ``aud`` the
 agent's canonical URL, an hour ahead); the warm-up's first call fetches the
 metadata and keys and validates it, so the measured calls are cached-token
-calls. ``--keep-profiles`` keeps each run's callgrind output for
-``callgrind_annotate``.
+calls. ``--repeat N`` makes N inner runs per mode (and tree), the order of the
+modes alternating, and uses the least per call of each: whatever else a run
+counts (timers, loop wake-ups) only adds. ``--keep-profiles`` keeps each
+run's callgrind output for ``callgrind_annotate``.
 
 ``--baseline-tree PATH`` measures a second checkout's gateway code too (e.g.
 ``git worktree add /tmp/base <commit>``), with the same database, upstream,
@@ -437,6 +439,8 @@ def main() -> int:
     )
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.repeat < 1 or args.calls < 1 or args.concurrency < 1:
+        parser.error("--repeat, --calls and --concurrency take 1 or more")
     if not args.inner:
         return outer(args)
     if CODE_TREE:

@@ -90,11 +90,12 @@ guard). Crank's rows are then per bearer, "Crank <version> token" sending an
 RFC 9068 access token (RS256, an hour ahead, checked once and then remembered).
 Every gateway row also shows ``cpu ms``: the CPU time of the gateway's
 processes during its wrk runs over their calls, all rounds together (``/proc``
-ticks, 10 ms each). After
-the tables, token over key per gateway, era and connections: req/s and CPU per
-call, against issue 28's budget (a cached token at most 5 % more CPU than a
-key). On a shared machine these move a few percent from run to run; the
-deterministic figure is bench/callgrind_tools_call.py ``--auth both``.
+ticks, 10 ms each). After the tables, token over key per gateway, era and
+connections: req/s and CPU per call, against issue 28's budget (a cached token
+at most 5 % more CPU than a key). On a busy shared machine these ratios swung
+by up to 20 % either way between runs; the figure to judge the budget by is
+bench/callgrind_tools_call.py ``--auth both`` (docs/performance.md, "Token
+calls").
 
 Fairness. ``--rounds N`` repeats every run, interleaved; a table shows each
 row's fastest run (its latencies and ``other%`` too) while ``err``,
