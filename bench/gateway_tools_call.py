@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/gateway_tools_call.py [--seconds 10] [--connections 1,16,64]
         [--rounds 1] [--eras legacy,modern] [--no-fastmcp] [--log-level warning] [--keep]
-        [--baseline-tree PATH]
+        [--baseline-tree PATH] [--auth key|token|both]
 
 Needs wrk (``apt install wrk``), taskset, two CPUs and a PostgreSQL
 (``CRANK_BENCH_DATABASE_URL``, default the local server); it creates and drops
@@ -81,6 +81,22 @@ Two gateways polling one database make the idle background larger (about
 twice one gateway's): it is subtracted from every window alike, but its
 jitter weighs more in short runs' db/call.
 
+Tokens (``--auth token|both``). The workspace trusts bench/loopback_idp.py (an
+issuer's OpenID metadata and JWKS served from a thread of the bench) and the
+agent takes its tokens with scope ``rates:read``; each gateway runs with
+``CRANK_PUBLIC_URL`` its own URL (the audience of its tokens) and
+``CRANK_ALLOW_LOOPBACK_UPSTREAMS=true`` (the IdP's documents pass the SSRF
+guard). Crank's rows are then per bearer, "Crank <version> token" sending an
+RFC 9068 access token (RS256, an hour ahead, checked once and then remembered).
+Every gateway row also shows ``cpu ms``: the CPU time of the gateway's
+processes during its wrk runs over their calls, all rounds together (``/proc``
+ticks, 10 ms each). After the tables, token over key per gateway, era and
+connections: req/s and CPU per call, against issue 28's budget (a cached token
+at most 5 % more CPU than a key). On a busy shared machine these ratios swung
+by up to 20 % either way between runs; the figure to judge the budget by is
+bench/callgrind_tools_call.py ``--auth both`` (docs/performance.md, "Token
+calls").
+
 Fairness. ``--rounds N`` repeats every run, interleaved; a table shows each
 row's fastest run (its latencies and ``other%`` too) while ``err``,
 ``non2xx``, ``up/call`` and ``db/call`` sum over all rounds. ``other%`` is the CPU time (in % of one CPU) that processes outside
@@ -117,7 +133,8 @@ import msgspec
 import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:  # run as a script; imported, the importer's path stands
+    sys.path.insert(0, str(ROOT))
 
 from bench.harness import (  # noqa: E402
     SECRET,
@@ -126,6 +143,7 @@ from bench.harness import (  # noqa: E402
     drop_database,
     grant_loopback,
 )
+from bench.loopback_idp import PROVIDER, SCOPES, LoopbackIdp  # noqa: E402
 from bench.rates_upstream import DATE, RATE  # noqa: E402
 from shared.logging import configure_logging  # noqa: E402
 
@@ -138,6 +156,7 @@ TARGET_DIRECT_SHARE = 0.30  # gateway req/s over direct req/s, at 16 and 64 conn
 TARGET_FASTMCP_X = {16: 12.0, 64: 15.0}  # gateway req/s over FastMCP's, same era
 TARGET_TAIL_X = 3.0  # p99 over p50 at 16 connections
 TARGET_OVERHEAD_MS = (0.3, 1.0)  # one connection: p50 and p99 over direct's
+TOKEN_CPU_BUDGET = 1.05  # issue 28: a call with a cached token over one with a key, CPU
 SETTLE_S = 11.0  # > PGSTAT_IDLE_INTERVAL (10 s): every backend has flushed its counters
 WARMUP_S = 2.0
 LEGACY_VERSION = "2025-06-18"
@@ -178,6 +197,7 @@ class Run:
     other_cpu: float  # % of one CPU used by processes outside this bench during the run
     upstream_calls: int = 0  # requests the upstream served during the run (gateway rows)
     db_window: int = 0  # transactions in the load window (gateway rows)
+    gateway_cpu_s: float = 0.0  # CPU time of the gateway's processes during wrk (gateway rows)
 
 
 @dataclass(slots=True)
@@ -187,6 +207,7 @@ class Row:
     label: str
     kind: str  # "direct", "floor", "fastmcp", "crank" or "baseline"
     era: str = ""  # legacy or modern (MCP rows)
+    auth: str = "key"  # the bearer of Crank's rows: an agent key or an access token
     runs: list[Run] = field(default_factory=list)
 
     @property
@@ -207,6 +228,11 @@ class Row:
 
     def calls(self) -> int:
         return max(1, sum(r.wrk.requests for r in self.runs))
+
+    def cpu_ms_per_call(self) -> float:
+        """The gateway's CPU time over its calls, all rounds together (a sum is steadier
+        than one run on a shared machine)."""
+        return 1000 * sum(r.gateway_cpu_s for r in self.runs) / self.calls()
 
 
 class CpuMeter:
@@ -317,7 +343,11 @@ def run_wrk(cpu: int | str, url: str, script: Path, connections: int, seconds: f
     raise RuntimeError(f"wrk printed no result:\n{out.stdout}\n{out.stderr}")
 
 
-async def seed(url: str, upstream_port: int) -> str:
+async def seed(url: str, upstream_port: int, issuer: str | None = None) -> str:
+    """The workspace ``bench`` with the operation and the agent ``rates``; its agent key.
+
+    With ``issuer``, the workspace trusts that identity provider (bench/loopback_idp.py)
+    and the agent takes its tokens too, with the provider's scopes required."""
     spec = {
         "name": TOOL,
         "title": "Latest exchange rate",
@@ -350,9 +380,15 @@ async def seed(url: str, upstream_port: int) -> str:
         await checked(
             "POST", f"{base}/operations/{TOOL}/publish", h={"If-Match": op.headers["etag"]}
         )
-        agent = await checked(
-            "POST", f"{base}/agents", json={"slug": "rates", "operations": [TOOL]}
-        )
+        agent_spec: dict[str, Any] = {"slug": "rates", "operations": [TOOL]}
+        if issuer is not None:
+            await checked(
+                "POST",
+                f"{base}/identity-providers",
+                json={"name": PROVIDER, "issuer": issuer},
+            )
+            agent_spec["auth"] = {"providers": [PROVIDER], "scopes": list(SCOPES)}
+        agent = await checked("POST", f"{base}/agents", json=agent_spec)
         await checked("POST", f"{base}/agents/rates/publish", h={"If-Match": agent.headers["etag"]})
         key = await checked("POST", f"{base}/keys", json={"agent": "rates"})
         return str(key.json()["key"])
@@ -571,8 +607,8 @@ def print_table(connections: int, seconds: float, rows: list[Row], idle: int) ->
         f"\n{connections} connection{'s' if connections > 1 else ''}, {seconds:g} s per run{best}"
     )
     head = (
-        f"{'':30}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'p99/p50':>8}{'err':>5}{'non2xx':>7}"
-        f"{'/direct':>9}{'xFastMCP':>9}{'up/call':>8}{'db/call':>9}{'other%':>8}"
+        f"{'':34}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'p99/p50':>8}{'err':>5}{'non2xx':>7}"
+        f"{'/direct':>9}{'xFastMCP':>9}{'up/call':>8}{'db/call':>9}{'other%':>8}{'cpu ms':>8}"
     )
     print(head)
     print("-" * len(head))
@@ -586,15 +622,16 @@ def print_table(connections: int, seconds: float, rows: list[Row], idle: int) ->
             if row.counted
             else f"{'':>17}"
         )
+        cpu = f"{row.cpu_ms_per_call():>8.3f}" if row.counted else ""
         errors = sum(r.wrk.socket_errors for r in row.runs)
         non_2xx = sum(r.wrk.non_2xx for r in row.runs)
         print(
-            f"{row.label:30}{w.rps:>8.0f}{ms(w.p50_ms):>8}{ms(w.p99_ms):>8}"
+            f"{row.label:34}{w.rps:>8.0f}{ms(w.p50_ms):>8}{ms(w.p99_ms):>8}"
             f"{w.p99_ms / w.p50_ms:>8.1f}{errors:>5}{non_2xx:>7}{w.rps / direct.rps:>9.2f}"
-            f"{versus}{extra}{run.other_cpu:>8.0f}"
+            f"{versus}{extra}{run.other_cpu:>8.0f}{cpu}"
         )
     for row in rows:
-        if row.kind == "crank":
+        if row.kind == "crank" and row.auth == "key":
             print("  " + verdict(connections, row, direct, fastmcp.get(row.era), idle))
 
 
@@ -604,9 +641,34 @@ def print_baseline_ratios(tables: dict[int, list[Row]], eras: list[str], record:
     for era in eras:
         ratios = []
         for connections, table in tables.items():
-            rps = {row.kind: row.best.wrk.rps for row in table if row.era == era}
+            rps = {
+                row.kind: row.best.wrk.rps for row in table if row.era == era and row.auth == "key"
+            }
             ratios.append(f"c{connections} {rps['crank'] / rps['baseline']:.3f}")
         print(f"  {era} {ERA_VERSIONS[era]}: " + "   ".join(ratios))
+
+
+def print_token_ratios(tables: dict[int, list[Row]]) -> None:
+    """Token rows over key rows of the same gateway, era and connections: req/s of the
+    best run of each, and the gateway's CPU per call over all rounds (issue 28: at most
+    5 % more CPU)."""
+    print(
+        "\ntoken / key, same gateway, era and connections (req/s: best run; CPU per call: "
+        f"all rounds; issue 28: CPU per call at most {TOKEN_CPU_BUDGET:g} x)"
+    )
+    for connections, table in tables.items():
+        keyed = {(r.kind, r.era): r for r in table if r.counted and r.auth == "key"}
+        for row in table:
+            if not row.counted or row.auth != "token":
+                continue
+            key = keyed[(row.kind, row.era)]
+            rps, key_rps = row.best.wrk.rps, key.best.wrk.rps
+            cpu, key_cpu = row.cpu_ms_per_call(), key.cpu_ms_per_call()
+            print(
+                f"  c{connections:<3} {row.label:38} req/s {rps:,.0f} / {key_rps:,.0f} = "
+                f"{rps / key_rps:.3f}; CPU ms/call {cpu:.3f} / {key_cpu:.3f} = "
+                f"{cpu / key_cpu:.3f} ({'met' if cpu / key_cpu <= TOKEN_CPU_BUDGET else 'MISSED'})"
+            )
 
 
 def verdict(
@@ -680,11 +742,15 @@ async def main(args: argparse.Namespace) -> int:
         print(f"--baseline-tree {tree}: no mcp_gateway/app.py there", file=sys.stderr)
         return 2
 
+    auths = ["key", "token"] if args.auth == "both" else [args.auth]
+
     configure_logging("warning", json=False)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     server, name, url = create_database("call")
     workdir = Path(tempfile.mkdtemp(prefix="crank-bench-"))
     processes: list[subprocess.Popen[bytes]] = []
+    # Token rows: an IdP on loopback (a thread of this process) the workspace trusts.
+    idp = LoopbackIdp().__enter__() if "token" in auths else None
     # FastMCP's helpers import this module's; imported here, once it is complete.
     from bench.fastmcp_smoke import PATH as FASTMCP_PATH
     from bench.fastmcp_smoke import start_fastmcp, wait_fastmcp
@@ -695,7 +761,7 @@ async def main(args: argparse.Namespace) -> int:
         names = ["direct", "upstream", "gateway", "floor", "fastmcp"]
         ports = {n: free_port() for n in names + (["baseline"] if tree else [])}
         upstream_port = ports["upstream"]
-        key = await seed(url, upstream_port)
+        key = await seed(url, upstream_port, idp.issuer if idp is not None else None)
         fastmcp_python = ensure_fastmcp_venv() if args.fastmcp else None
         env = {k: v for k, v in os.environ.items() if not k.startswith("CRANK_")}
         env |= {"PYTHONPATH": str(ROOT)}
@@ -707,6 +773,12 @@ async def main(args: argparse.Namespace) -> int:
             "CRANK_RATE_LIMIT": "off",
             "CRANK_LOG_LEVEL": args.log_level,
         }
+        if idp is not None:
+            gateway_env |= {
+                # The agent's canonical URL, the audience of its tokens, is the gateway's own.
+                "CRANK_PUBLIC_URL": f"http://127.0.0.1:{ports['gateway']}",
+                "CRANK_ALLOW_LOOPBACK_UPSTREAMS": "true",  # the IdP is on loopback too
+            }
         upstream_url = f"http://127.0.0.1:{upstream_port}"
         upstream_app = "bench.rates_upstream:app"
         logs = {n: workdir / f"{n}.log" for n in ports}
@@ -743,6 +815,8 @@ async def main(args: argparse.Namespace) -> int:
                 "PYTHONPATH": str(tree),
                 "CRANK_METRICS_PORT": str(free_port()),
             }
+            if idp is not None:
+                baseline_env["CRANK_PUBLIC_URL"] = f"http://127.0.0.1:{ports['baseline']}"
             check_imports_from(tree, baseline_env)
             baseline_process = serve(
                 server_cpu,
@@ -802,16 +876,27 @@ async def main(args: argparse.Namespace) -> int:
         if tree is not None:
             gateways["baseline"] = f"http://127.0.0.1:{ports['baseline']}{PATH}"
         suffix = {"crank": "", "baseline": " (baseline)"}
+        pgids = {"crank": gateway_process.pid}  # own sessions: the pid is the group's id
+        if tree is not None:
+            pgids["baseline"] = baseline_process.pid
         for era in eras:  # each baseline row right after its Crank row
-            for kind, gateway_url in gateways.items():
-                headers = await era_headers(gateway_url, key, era)
-                body = call_body(era == "modern")
-                await verify(gateway_url, headers, body, era + suffix[kind])
-                # Crank's scripts keep their names (legacy.lua in the docstring's --keep line).
-                lua_name = era if kind == "crank" else f"baseline-{era}"
-                script = write_lua(workdir, lua_name, "POST", body, headers)
-                targets[len(rows)] = (gateway_url, script)
-                rows.append(Row(f"Crank {ERA_VERSIONS[era]}{suffix[kind]}", kind, era))
+            for auth in auths:
+                for kind, gateway_url in gateways.items():
+                    # A token's audience is the agent's URL at that gateway (CRANK_PUBLIC_URL).
+                    bearer = key if idp is None or auth == "key" else idp.token(gateway_url)
+                    headers = await era_headers(gateway_url, bearer, era)
+                    body = call_body(era == "modern")
+                    tag = "" if auth == "key" else " token"
+                    await verify(gateway_url, headers, body, era + tag + suffix[kind])
+                    # Crank's key scripts keep their names (legacy.lua in the --keep line).
+                    lua_name = "-".join(
+                        [*(["baseline"] if kind == "baseline" else []), era]
+                        + (["token"] if auth == "token" else [])
+                    )
+                    script = write_lua(workdir, lua_name, "POST", body, headers)
+                    targets[len(rows)] = (gateway_url, script)
+                    label = f"Crank {ERA_VERSIONS[era]}{tag}{suffix[kind]}"
+                    rows.append(Row(label, kind, era, auth))
         print("verified: one tools/call per server and era returns the expected result")
 
         for target_url, script in targets.values():  # warm pools and caches
@@ -823,7 +908,7 @@ async def main(args: argparse.Namespace) -> int:
         idle_before = await idle_window(server, name, window)
         print(f"idle database window ({window:g} s): {idle_before} transactions", flush=True)
 
-        tables = {c: [Row(r.label, r.kind, r.era) for r in rows] for c in connection_counts}
+        tables = {c: [Row(r.label, r.kind, r.era, r.auth) for r in rows] for c in connection_counts}
         for round_ in range(1, args.rounds + 1):
             for connections, table in tables.items():
                 progress = f"round {round_} c{connections:<3}"
@@ -832,14 +917,17 @@ async def main(args: argparse.Namespace) -> int:
                     target_url, script = targets[index]
                     db_before = db_transactions(server, name) if row.counted else 0
                     up_before = await upstream_count(upstream_port) if row.counted else 0
+                    ticks = cpu_ticks_by_group().get(pgids.get(row.kind, -1), 0)
                     started = meter.start()
                     result = run_wrk(client_cpu, target_url, script, connections, args.seconds)
                     other = meter.other_percent(started)
                     if row.counted:
+                        ticks = cpu_ticks_by_group().get(pgids[row.kind], 0) - ticks
+                        cpu_s = ticks / os.sysconf("SC_CLK_TCK")
                         up_after = await upstream_count(upstream_port)
                         await asyncio.sleep(SETTLE_S)
                         db_window = db_transactions(server, name) - db_before
-                        row.runs.append(Run(result, other, up_after - up_before, db_window))
+                        row.runs.append(Run(result, other, up_after - up_before, db_window, cpu_s))
                     else:
                         row.runs.append(Run(result, other))
                     progress += f" {result.rps:6.0f} {row.kind}"
@@ -853,6 +941,8 @@ async def main(args: argparse.Namespace) -> int:
             print_table(connections, args.seconds, table, idle)
         if tree is not None:
             print_baseline_ratios(tables, eras, record)
+        if idp is not None:
+            print_token_ratios(tables)
         if args.keep:
             shown = gateway + (f", baseline {gateways['baseline']}" if tree else "")
             print(
@@ -865,6 +955,8 @@ async def main(args: argparse.Namespace) -> int:
     finally:
         for process in reversed(processes):
             stop(process)
+        if idp is not None:
+            idp.__exit__(None, None, None)
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
             drop_database(server, name)
@@ -886,6 +978,13 @@ if __name__ == "__main__":
         "--rounds", type=int, default=1, help="repeat every run; tables show the best"
     )
     parser.add_argument("--eras", default="legacy,modern", help="legacy and/or modern")
+    parser.add_argument(
+        "--auth",
+        choices=("key", "token", "both"),
+        default="key",
+        help="bearer of Crank's rows: the agent key (default), an access token of a loopback "
+        "IdP, or both: rows of each, and token / key req/s and gateway CPU per call",
+    )
     parser.add_argument("--log-level", default="warning", help="CRANK_LOG_LEVEL of the gateway")
     parser.add_argument(
         "--gateway-loop",

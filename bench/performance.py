@@ -14,7 +14,10 @@ prints their tables as they come:
   start, memory, reloads under load, publish → visible on two replicas;
 - ``apply``: bench/apply_large.py: ``crank apply`` of a 10,000-operation file;
 - ``approvals``: bench/approvals_throughput.py: approved calls executed by
-  two gateway processes.
+  two gateway processes;
+- ``token_call``: bench/callgrind_tools_call.py ``--auth both``: instructions
+  per tools/call with an agent key and with a cached access token, under
+  callgrind (needs valgrind).
 
 Every ratio a script prints is against a baseline it measured in the same run;
 docs/performance.md says how to read each table and holds the last figures.
@@ -44,6 +47,11 @@ SCRIPTS: dict[str, tuple[str, list[str], list[str]]] = {
     ),
     "apply": ("apply_large.py", [], ["--agents", "10", "--per-agent", "20"]),
     "approvals": ("approvals_throughput.py", [], ["--approvals", "300", "--seconds", "2"]),
+    "token_call": (
+        "callgrind_tools_call.py",
+        ["--auth", "both"],
+        ["--auth", "both", "--calls", "30", "--warm-up", "10"],
+    ),
 }
 
 

@@ -143,3 +143,30 @@ def test_the_elicitation_flag_is_signed_and_an_old_id_without_it_means_none() ->
     claims = signer.verify(f"crs1.{payload}.{signer._sign(payload)}")
     assert claims is not None
     assert claims.elicitation is False
+
+
+def test_a_person_id_is_drawn_once_and_stays_the_same() -> None:
+    """``Requester.of_person``'s id is remembered per (agent, issuer, subject): the same
+    negative number as SHA-256 of the three gives, one per agent, whatever the client."""
+    import hashlib
+
+    from mcp_gateway.vocabulary.requesters import Requester
+    from shared.identity.access_tokens import Principal
+
+    def person(client: str) -> Principal:
+        return Principal(
+            issuer="https://idp.example",
+            subject="user-42",
+            display_name=None,
+            client_id=client,
+            groups=(),
+            scopes=frozenset(),
+            expires_at=0.0,
+        )
+
+    seed = b"7\0https://idp.example\0user-42"
+    expected = -(int.from_bytes(hashlib.sha256(seed).digest()[:7], "big") + 1)
+    first, second = Requester.of_person(7, person("a")), Requester.of_person(7, person("b"))
+    assert first.id == second.id == expected
+    assert second.person == person("b")
+    assert Requester.of_person(8, person("a")).id not in (expected, 0)

@@ -145,3 +145,15 @@ def test_an_accepted_entry_is_capped_even_for_a_long_lived_token() -> None:
     results.accept(b"d" * 32, principal, NOW)
     assert results.get(b"d" * 32, NOW + 99) == principal
     assert results.get(b"d" * 32, NOW + 100) is None
+
+
+@pytest.mark.parametrize("audience", [AUDIENCE, OTHER_AUDIENCE, "https://crank.example/mcp/v1/é/ü"])
+def test_digest_is_sha256_of_audience_and_token(audience: str) -> None:
+    """The per-audience hash is copied, never changed: every digest is the plain
+    SHA-256 of ``audience\\0token``, however often an audience is used."""
+    import hashlib
+
+    for token in ("a.b.c", "opaque-token", "a.b.c"):
+        expected = hashlib.sha256(f"{audience}\0{token}".encode()).digest()
+        assert token_digest(token, audience) == expected
+    assert token_digest("t", AUDIENCE) != token_digest("t", OTHER_AUDIENCE)
