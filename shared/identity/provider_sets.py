@@ -33,6 +33,9 @@ from shared.identity.validator import AccessTokenValidator
 log = structlog.get_logger(__name__)
 
 RETRY_MISSING_S = 30.0  # as the metadata cache's own retry interval
+# How often a set asks the metadata cache again, which refreshes a document
+# older than its TTL in the background; a changed one rebuilds the set.
+LOOK_AGAIN_S = 60.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,7 +98,7 @@ class ProviderSet:
         self._validator: AccessTokenValidator | None = None
         self._generation = -1  # of the metadata the validator was built from
         self._missing: frozenset[str] = frozenset()  # issuers whose metadata did not come
-        self._retry_at = 0.0  # when to look again for the missing metadata
+        self._look_at = 0.0  # when to ask the metadata cache again
         self._building: asyncio.Task[AccessTokenValidator] | None = None
 
     @property
@@ -127,7 +130,7 @@ class ProviderSet:
         # Integer and float comparisons on the hot path.
         if self._generation != self._parts.metadata.generation:
             return True
-        return bool(self._missing) and time.monotonic() >= self._retry_at
+        return time.monotonic() >= self._look_at
 
     def _rebuilt(self) -> asyncio.Future[AccessTokenValidator]:
         task = self._building
@@ -172,5 +175,5 @@ class ProviderSet:
             issuers, self._parts.jwks, self._results, post=self._parts.post
         )
         self._validator, self._generation, self._missing = validator, generation, frozenset(missing)
-        self._retry_at = time.monotonic() + RETRY_MISSING_S
+        self._look_at = time.monotonic() + (RETRY_MISSING_S if missing else LOOK_AGAIN_S)
         return validator

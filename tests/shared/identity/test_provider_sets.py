@@ -31,7 +31,7 @@ from shared.identity.jwks_cache import JwksCache
 from shared.identity.metadata_cache import MetadataCache
 from shared.identity.provider_sets import IdentityParts, ProviderSet, ProviderSettings
 from shared.identity.refusals import TokenRefused
-from tests.support.gateway import serve_upstream
+from tests.support.gateway import serve_upstream, wait_until
 from tests.support.identity import AUDIENCE, jwks, mint
 
 AT_ONCE_S = 0.5  # a cached answer is microseconds; this bounds it on a loaded machine
@@ -49,6 +49,7 @@ class HangingIdp:
     requests: int = 0
     held: int = 0  # requests waiting unanswered now
     hanging: bool = False
+    moved: bool = False  # the metadata names /a/keys instead of /a/jwks
     released: asyncio.Event = field(default_factory=asyncio.Event)
 
     def issuer(self, name: str) -> str:
@@ -72,11 +73,11 @@ class HangingIdp:
         if request.path == "/a/.well-known/openid-configuration":
             document = {
                 "issuer": a,
-                "jwks_uri": f"{a}/jwks",
+                "jwks_uri": f"{a}/keys" if self.moved else f"{a}/jwks",
                 "introspection_endpoint": f"{a}/introspect",
             }
             return web.json_response(document)
-        if request.path == "/a/jwks":
+        if request.path in ("/a/jwks", "/a/keys"):
             return web.Response(body=jwks(self.key), content_type="application/json")
         if request.path == "/a/introspect":
             form = await request.post()
@@ -173,3 +174,25 @@ async def test_cached_tokens_answer_at_once_while_the_idp_hangs(
             async with asyncio.timeout(5):
                 await pending
         assert refused.value.reason == "inactive"
+
+
+async def test_a_set_asks_for_its_metadata_again_and_follows_a_change(
+    rsa: RSAKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The metadata cache refreshes only when asked; a built set asks again every
+    LOOK_AGAIN_S, so an IdP that moves its JWKS is followed without a restart."""
+    monkeypatch.setattr(provider_sets, "LOOK_AGAIN_S", 0.0)
+    async with provider_set(rsa) as (idp, providers):
+        cache = providers._parts.metadata
+        now = int(time.time())
+        jwt = mint(rsa, idp.issuer("a"), exp=now + 600, iat=now - 10)
+        await providers.authenticate(jwt, AUDIENCE)
+        generation = cache.generation
+        cache._ttl_s = 0.0  # every look finds the document old
+        idp.moved = True  # the next document names another JWKS URL
+
+        async def followed() -> bool:
+            await providers.authenticate(jwt, AUDIENCE)
+            return cache.generation > generation and providers._generation == cache.generation
+
+        await wait_until(followed, timeout_s=5)
