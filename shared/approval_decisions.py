@@ -30,6 +30,11 @@ from shared.db import Connection
 
 CHANNEL = "crank_approvals"  # NOTIFY after an approval commits; the payload is ignored
 MAX_NOTE_CHARS = 2000  # an approver's note, whoever decides
+# Who asked for the call, in a decision's audit details: the person a token
+# named, or the agent key (docs/architecture.md, "Identity").
+REQUESTER_JSON = """CASE WHEN principal_subject IS NULL THEN jsonb_build_object('key_id', key_id)
+    ELSE jsonb_build_object('issuer', principal_issuer, 'subject', principal_subject,
+                            'name', principal_name, 'client_id', client_id) END"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +64,8 @@ async def decide(conn: Connection, decision: Decision) -> ApprovalRecord | None:
                        (workspace_id, actor, action, resource_type, resource_name, details)
                 SELECT workspace_id, %(actor)s, %(action)s, 'approval', id,
                        jsonb_build_object('note', note, 'tool', tool, 'version', version,
-                                          'agent', %(agent)s::text)
+                                          'agent', %(agent)s::text,
+                                          'requester', {REQUESTER_JSON})
                   FROM decided
             )
             SELECT {RECORD_COLUMNS}, {JOINED_COLUMNS} FROM decided d

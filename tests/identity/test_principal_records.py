@@ -188,6 +188,10 @@ async def test_a_persons_call_names_them_on_the_approval_and_the_call_log_never_
     )
     assert decided.status_code == 200, decided.text
     assert decided.json()["requester"] == person
+    # The decision's audit entry names who asked.
+    audit = await client.get("/api/v1/workspaces/acme/audit", headers=auth(admin_token))
+    decision = next(e for e in audit.json()["items"] if e["action"] == "approval.approved")
+    assert decision["details"]["requester"] == person
 
     async def both_rows_logged() -> bool:
         rows = await _calls(client, admin_token, "?principal_subject=dana")

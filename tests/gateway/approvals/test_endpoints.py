@@ -598,7 +598,15 @@ async def test_a_decision_answers_the_record_and_is_in_the_audit_log(
         "tool": "create_refund",
         "version": 1,
         "agent": "default/sales",
+        "requester": {"key_id": audit_key_id(audit)},
     }
+
+
+def audit_key_id(audit: dict[str, Any]) -> int:
+    """The id the decision's audit names as the requester: an agent key's (an int)."""
+    key_id = audit["details"]["requester"]["key_id"]
+    assert isinstance(key_id, int)
+    return key_id
 
 
 async def test_the_note_is_optional(http: httpx.AsyncClient, sales: Sales) -> None:
