@@ -26,6 +26,7 @@ from playwright.async_api import Browser, Locator, Page, expect
 
 from control_plane.cli.client import Client as CliClient
 from mcp_gateway.vocabulary.jsonrpc import REFUSED
+from shared.keys import display_prefix
 from tests.support.api import grant_egress, make_token
 from tests.support.browser import browser_page, check_page
 from tests.support.cli import Server
@@ -323,7 +324,9 @@ async def test_an_owner_builds_publishes_and_operates_an_agent_and_a_viewer_cann
         assert "/orders/A-7" in read.content[0].text
         assert upstream.hits[-1] == "GET /orders/A-7"
         logged = await filter_call_log(page, base, READ_TOOL, 1)
-        await expect(logged.locator("td code").first).to_have_text(READ_TOOL)
+        await expect(logged.locator("td code").nth(1)).to_have_text(READ_TOOL)
+        # The caller column names the agent key that called (its shown prefix).
+        await expect(logged.locator("td code").first).to_have_text(display_prefix(agent_key))
         await expect(logged.locator(".badge")).to_have_text("ok")
         await check_page(page, "e2e-calls")
 
