@@ -197,7 +197,10 @@ async def _token_caller(
     if agent is None or access is None or access.providers is None:
         raise _unauthenticated(agent, "agent")
     try:
-        person = await access.providers.authenticate(token, access.resource)
+        providers = access.providers
+        person = providers.remembered(token, access.resource) or await providers.authenticate(
+            token, access.resource
+        )
     except TokenRefused as refused:
         if refused.reason in _UNAVAILABLE:  # the IdP, not the token: retry
             raise ProtocolError(

@@ -105,6 +105,15 @@ class ProviderSet:
     def issuers(self) -> tuple[str, ...]:
         return tuple(p.issuer for p in self.providers)
 
+    def remembered(self, token: str, audience: str) -> Principal | None:
+        """A token's principal from memory alone, with no await: what almost every
+        call takes (no coroutine to build). None: ask ``authenticate``."""
+        validator = self._validator
+        # With metadata missing, a remembered wrong_issuer may be keys_unavailable.
+        if validator is None or self._missing or self._stale():
+            return None
+        return validator.remembered(token, audience)
+
     async def authenticate(self, token: str, audience: str) -> Principal:
         validator = self._validator
         if validator is None:

@@ -67,6 +67,12 @@ class AccessTokenValidator:
         self._in_flight: dict[bytes, asyncio.Task[Principal]] = {}
         self._clock = clock
 
+    def remembered(self, token: str, audience: str) -> Principal | None:
+        """The principal of a token this validator accepted and still remembers,
+        without an await (the hot path); raises a remembered refusal; None: ask
+        ``authenticate``."""
+        return self._results.get(token_digest(token, audience), self._clock())
+
     async def authenticate(self, token: str, audience: str) -> Principal:
         now = self._clock()
         digest = token_digest(token, audience)

@@ -82,6 +82,22 @@ async def test_a_repeat_call_is_answered_without_the_key(
     assert server.requests == requests
 
 
+async def test_remembered_answers_from_memory_alone_what_authenticate_learned(
+    server: JwksServer, executor: UpstreamExecutor, rsa: RSAKey
+) -> None:
+    check = validator(server, executor, ResultCache(), Clock(NOW))
+    token = mint(rsa, server.base())
+    assert check.remembered(token, AUDIENCE) is None  # never seen: the caller must await
+    principal = await check.authenticate(token, AUDIENCE)
+    assert check.remembered(token, AUDIENCE) == principal
+    assert check.remembered(token, OTHER_AUDIENCE) is None
+    forged = token[:-4] + "AAAA"
+    with pytest.raises(TokenRefused, match="bad_signature"):
+        await check.authenticate(forged, AUDIENCE)
+    with pytest.raises(TokenRefused, match="bad_signature"):  # the refusal is remembered too
+        check.remembered(forged, AUDIENCE)
+
+
 async def test_a_remembered_token_is_for_its_audience_only(
     server: JwksServer, executor: UpstreamExecutor, rsa: RSAKey
 ) -> None:
