@@ -26,25 +26,14 @@ class Requester(msgspec.Struct, frozen=True):
     id: int
     key_id: int | None = None  # the agent key, when a key authenticated
     person: Principal | None = None  # the token's principal, when a token did
+    # What the call log, the approval, traces and logs keep of the person (issuer,
+    # subject, display name, client): made once here, read by each of them.
+    recorded: PrincipalRecord | None = None
 
     @property
     def scopes(self) -> frozenset[str] | None:
         """The token's scopes; None for a key, which may use every tool of its agent."""
         return None if self.person is None else self.person.scopes
-
-    @property
-    def recorded(self) -> PrincipalRecord | None:
-        """What the call log, the approval and the traces keep of the person: issuer,
-        subject, display name, client; None for a key."""
-        person = self.person
-        if person is None:
-            return None
-        return PrincipalRecord(
-            issuer=person.issuer,
-            subject=person.subject,
-            name=person.display_name,
-            client_id=person.client_id,
-        )
 
     @classmethod
     def of_key(cls, key_id: int) -> Requester:
@@ -52,7 +41,13 @@ class Requester(msgspec.Struct, frozen=True):
 
     @classmethod
     def of_person(cls, agent_id: int, person: Principal) -> Requester:
-        return cls(person_id(agent_id, person.issuer, person.subject), None, person)
+        recorded = PrincipalRecord(
+            issuer=person.issuer,
+            subject=person.subject,
+            name=person.display_name,
+            client_id=person.client_id,
+        )
+        return cls(person_id(agent_id, person.issuer, person.subject), None, person, recorded)
 
 
 @functools.lru_cache(maxsize=10_000)  # as many people as the result caches remember
